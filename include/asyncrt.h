@@ -1,0 +1,17 @@
+/* asyncrt: Rust-style futures on a work-stealing pool of threads, for C11 on
+ * Linux. Include this one header; each concept has its own under asyncrt/. */
+#ifndef ASYNCRT_H
+#define ASYNCRT_H
+
+#include "asyncrt/error.h"
+#include "asyncrt/future.h"
+#include "asyncrt/coro.h"
+#include "asyncrt/runtime.h"
+#include "asyncrt/task.h"
+#include "asyncrt/metrics.h"
+
+#define ASYNCRT_VERSION_MAJOR 0
+#define ASYNCRT_VERSION_MINOR 1
+#define ASYNCRT_VERSION_PATCH 0
+
+#endif

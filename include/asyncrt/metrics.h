@@ -1,0 +1,61 @@
+/* asyncrt: runtime metrics.
+ *
+ * Counters are kept per worker by the worker itself (no shared cache line is
+ * written on the hot path) and summed when a snapshot is taken, so a snapshot
+ * taken while the runtime runs is a close approximation, not an atomic cut:
+ * totals can be a few operations apart. Once the runtime is shut down the
+ * figures are exact.
+ *
+ * Versioning: the caller passes sizeof the struct it was compiled with. Fields
+ * are only ever appended; the library fills the fields both sides know and
+ * zeroes the rest of the caller's struct. */
+#ifndef ASYNCRT_METRICS_H
+#define ASYNCRT_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one worker has done since the runtime started. */
+typedef struct rt_worker_metrics {
+    uint64_t polls;            /* task polls (including the final one) */
+    uint64_t steals;           /* tasks taken from another worker's deque */
+    uint64_t steal_attempts;   /* steal calls made on another worker's deque */
+    uint64_t injector_batches; /* non-empty batches taken from the injector */
+    uint64_t parks;            /* times the worker went to sleep */
+    uint64_t unparks;          /* times it was woken up from sleep */
+    uint64_t deque_high_water; /* most tasks ever in its deque at once */
+    uint64_t spills;           /* times its full deque moved half to the injector */
+} rt_worker_metrics;
+
+/* Runtime totals. */
+typedef struct rt_metrics {
+    uint64_t workers;   /* worker threads */
+    uint64_t spawned;   /* tasks spawned, from any thread */
+    uint64_t completed; /* tasks whose future returned RT_READY */
+    uint64_t cancelled; /* tasks dropped unfinished (abort or shutdown) */
+    uint64_t alive;     /* spawned - completed - cancelled: not finished yet */
+} rt_metrics;
+
+/* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time
+ * before rt_runtime_free. Errors: -EINVAL (rt or m NULL). */
+int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size);
+
+/* Fills *m for worker `index` (0 <= index < rt_runtime_workers(rt)).
+ * Any thread, any time before rt_runtime_free. Errors: -EINVAL. */
+int rt_worker_metrics_read(rt_runtime *rt, unsigned index, rt_worker_metrics *m, size_t size);
+
+/* Writes the totals and one line per worker to `out`, readably.
+ * Errors: -EINVAL (rt or out NULL), -EIO (the stream reported an error). */
+int rt_metrics_print(rt_runtime *rt, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

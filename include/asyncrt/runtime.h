@@ -1,0 +1,97 @@
+/* asyncrt: creating, running and stopping a runtime.
+ *
+ * A runtime is a pool of worker threads that poll tasks. Each worker owns a
+ * work-stealing deque; tasks spawned or woken from threads that are not its
+ * workers ("foreign threads") go through a global injector queue. Idle workers
+ * sleep on a futex and use no CPU.
+ *
+ * Errors are negative errno values (rt_strerror() names them); no function
+ * aborts or exits the process on a failed system call, a failed allocation or
+ * a bad argument. */
+#ifndef ASYNCRT_RUNTIME_H
+#define ASYNCRT_RUNTIME_H
+
+#include <stdint.h>
+
+#include "future.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_runtime rt_runtime;
+
+/* How a runtime is built. Fill it with rt_config_init, then change fields;
+ * fields are only ever added at the end. */
+typedef struct rt_config {
+    /* Worker threads. 0: the number of CPUs this process may use (its CPU
+     * affinity mask, lowered by a cgroup CPU quota when one is set). At most
+     * RT_MAX_WORKERS. Default 0. */
+    unsigned workers;
+    /* A busy worker still looks at the global injector once every this many
+     * polls, so injected work never starves behind local work. Default 61
+     * (Go's choice: a prime, so it does not beat with task patterns). >= 1. */
+    unsigned injector_interval;
+    /* Rounds of stealing attempts an idle worker makes before it parks. The
+     * higher, the lower the wake-up latency for bursty work and the more CPU an
+     * idle moment burns. Default 2. */
+    unsigned spin_rounds;
+} rt_config;
+
+/* Largest accepted rt_config.workers. */
+#define RT_MAX_WORKERS 1024u
+
+/* Fills *cfg with the defaults above. Any thread. */
+void rt_config_init(rt_config *cfg);
+
+/* Creates a runtime and starts its worker threads.
+ * cfg: read during the call only; NULL means the defaults. *out receives the
+ * runtime, owned by the caller until rt_runtime_free.
+ * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0),
+ * -ENOMEM, -EAGAIN (a thread could not be created; nothing is left running).
+ * Any thread. */
+int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
+
+/* Stops the runtime: new spawns fail with -ESHUTDOWN from now on, the workers
+ * finish the poll they are in and exit, then every task that has not finished
+ * is cancelled: its drop function runs exactly once (on the calling thread)
+ * and its joiner gets -ECANCELED. Returns the number of tasks cancelled (>= 0).
+ * After it returns every task of the runtime is finished, so a waker that
+ * outlives it is inert: waking it or dropping it only releases memory.
+ * Calling it again returns 0. Errors: -EINVAL (rt NULL), -EDEADLK (called from
+ * one of this runtime's own workers, which cannot join itself).
+ * Any thread but the runtime's workers; not concurrently with rt_runtime_free. */
+int rt_runtime_shutdown(rt_runtime *rt);
+
+/* Shuts the runtime down if needed (as above), then frees it. NULL is a no-op.
+ * Wakers and join handles of its tasks stay safe to use afterwards: each task's
+ * memory lives until its last waker or handle is released, and a finished task
+ * never touches its runtime. The one thing forbidden is racing this call: no
+ * other thread may be inside rt_spawn on this runtime, or inside a wake that
+ * began before rt_runtime_shutdown returned, while it runs.
+ * Errors: -EDEADLK (called from one of its workers: nothing is freed).
+ * Any thread but the runtime's workers. */
+int rt_runtime_free(rt_runtime *rt);
+
+/* The runtime whose worker is calling, or NULL on any other thread. */
+rt_runtime *rt_current(void);
+
+/* The number of worker threads of `rt`. */
+unsigned rt_runtime_workers(const rt_runtime *rt);
+
+/* Runs a future to completion on the runtime and blocks the calling thread
+ * until it finishes; the future runs as an ordinary task (rt_current() works
+ * inside it). Arguments as rt_spawn. On success returns 0 and writes the
+ * result to *value (when value is not NULL).
+ * Errors: -EINVAL (rt or poll NULL, state NULL with size > 0), -ENOMEM,
+ * -ESHUTDOWN (runtime shut down), -ECANCELED (the runtime was shut down while
+ * the future ran: its drop has run), -EDEADLK (called from a worker thread of
+ * any asyncrt runtime: blocking a worker could deadlock it).
+ * Any thread that is not a worker. */
+int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                void **value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

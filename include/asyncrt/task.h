@@ -1,0 +1,101 @@
+/* asyncrt: spawning tasks and waiting for them.
+ *
+ * A task is one future plus its state, in a single allocation, scheduled on a
+ * runtime until its poll function returns RT_READY. Spawning may return a join
+ * handle (rt_task *): a counted reference through which the result is read,
+ * the task aborted, or interest given up. Every handle must end in exactly one
+ * of rt_task_join returning RT_READY, rt_task_wait returning other than
+ * -ETIMEDOUT/-EDEADLK, or rt_task_detach; each of those releases it.
+ *
+ * A task's result is a `void *`. The runtime never frees it: when nobody joins
+ * a task, a result that owns memory is leaked, so detached tasks should return
+ * NULL or release what they return themselves. */
+#ifndef ASYNCRT_TASK_H
+#define ASYNCRT_TASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "future.h"
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_task rt_task;
+
+/* Spawns a task running `poll` over a copy of `size` bytes at `state`.
+ * rt: the runtime; NULL means rt_current() (valid only inside a task).
+ * state: copied into the task's own allocation, which keeps it at a stable
+ *   address, aligned for any type, until `drop` has run; the caller keeps
+ *   ownership of the original bytes. May be NULL when size is 0 (the task then
+ *   gets a zero-length state). The copy is a plain memcpy: state must not
+ *   point into itself.
+ * drop: runs exactly once on the task's state: after the poll that returned
+ *   RT_READY, or when the task is aborted or the runtime shuts down. May be NULL.
+ * handle: when not NULL, receives a join handle the caller owns; when NULL the
+ *   task is detached from the start.
+ * The new task runs soon on some worker. Spawning from a worker pushes onto
+ * that worker's deque (the next task it runs), from anywhere else onto the
+ * injector.
+ * Errors: -EINVAL (poll NULL, state NULL with size > 0, rt NULL outside a
+ * task, size absurdly large), -ENOMEM, -ESHUTDOWN (the runtime is shutting
+ * down or shut down; nothing was allocated and drop was not called).
+ * Any thread; concurrently with anything but rt_runtime_free on the same rt. */
+int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+             rt_task **handle);
+
+/* Awaits a task from inside another task's poll function.
+ * Returns RT_PENDING (the context's waker is stored and woken when the task
+ * finishes) or RT_READY, in which case the handle is released (do not use it
+ * again), *value holds the result (NULL when cancelled) and *status holds 0,
+ * or -ECANCELED when the task was aborted or the runtime shut down before it
+ * finished. value and status may be NULL.
+ * Abort safety: if the joining task is itself aborted while waiting, its drop
+ * function must call rt_task_detach (or rt_task_abort then rt_task_detach) on
+ * the handle; the joined task keeps running and nothing else is lost.
+ * Called from one task at a time per handle, on any worker. */
+rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status);
+
+/* Blocks the calling thread until the task finishes or `timeout_ns`
+ * nanoseconds pass (timeout_ns < 0: no limit).
+ * Returns 0 (*value holds the result) or -ECANCELED; both release the handle.
+ * -ETIMEDOUT: the time passed; the handle stays valid and owned by the caller.
+ * -EDEADLK: called from a worker thread; the handle stays valid.
+ * -EINVAL: task NULL. -ENOMEM: no memory for the wait; the handle stays valid.
+ * value may be NULL. Any thread that is not an asyncrt worker. */
+int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value);
+
+/* Gives up the handle: the task keeps running (or stays finished) and its
+ * result is discarded. The handle must not be used again. NULL is a no-op.
+ * Any thread, including from a drop function. */
+void rt_task_detach(rt_task *task);
+
+/* Requests cancellation. A task that has not finished is not polled again:
+ * its drop function runs at its next scheduling point (never in the middle of
+ * a poll; a task in the middle of a poll is dropped right after it) and its
+ * joiner gets -ECANCELED. A task that finishes during the poll in progress
+ * keeps its result. Aborting a finished task does nothing. The handle stays
+ * valid and must still be joined, waited on or detached.
+ * Any thread, any number of times. */
+void rt_task_abort(rt_task *task);
+
+/* True once the task has finished (completed, aborted or cancelled at
+ * shutdown); a subsequent join returns RT_READY without waiting. Any thread. */
+bool rt_task_is_finished(const rt_task *task);
+
+/* Gives the other runnable tasks of this worker a turn: wakes the current task
+ * by reference and returns RT_PENDING, so `return rt_yield(cx);` ends the poll
+ * and the task is polled again after every task that was already runnable on
+ * its worker. In a coroutine use RT_YIELD. From a poll function only. */
+rt_poll rt_yield(rt_context *cx);
+
+/* Convenience: spawn with the size of the state object taken from its type. */
+#define RT_SPAWN(rt, poll, drop, state_ptr, handle)                                                \
+    rt_spawn((rt), (poll), (drop), (state_ptr), sizeof(*(state_ptr)), (handle))
+
+#ifdef __cplusplus
+}
+#endif
+#endif

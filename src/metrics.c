@@ -1,0 +1,87 @@
+/* Metrics snapshots: per-worker counters (written by their worker) and task
+ * totals (kept by the registry shards), summed on demand. */
+#include <errno.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "runtime.h"
+
+/* Copies `have` bytes of a snapshot into a caller struct of `size` bytes,
+ * zeroing whatever the caller's (newer) struct has beyond them. */
+static void copy_sized(void *dst, size_t size, const void *src, size_t have)
+{
+    size_t n = size < have ? size : have;
+    memcpy(dst, src, n);
+    if (size > n)
+        memset((char *)dst + n, 0, size - n);
+}
+
+static void read_worker(const rt__worker *w, rt_worker_metrics *m)
+{
+    const rt_worker_metrics *s = &w->stats;
+    m->polls = rt__load_relaxed_u64(&s->polls);
+    m->steals = rt__load_relaxed_u64(&s->steals);
+    m->steal_attempts = rt__load_relaxed_u64(&s->steal_attempts);
+    m->injector_batches = rt__load_relaxed_u64(&s->injector_batches);
+    m->parks = rt__load_relaxed_u64(&s->parks);
+    m->unparks = rt__load_relaxed_u64(&s->unparks);
+    m->deque_high_water = rt__load_relaxed_u64(&s->deque_high_water);
+    m->spills = rt__load_relaxed_u64(&s->spills);
+}
+
+RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
+{
+    if (rt == NULL || m == NULL)
+        return -EINVAL;
+    rt_metrics snap = {0};
+    snap.workers = rt->nworkers;
+    for (unsigned i = 0; i < rt->nshards; i++) {
+        const rt__registry_shard *sh = &rt->shards[i];
+        snap.spawned += rt__load_relaxed_u64(&sh->inserted);
+        snap.completed += rt__load_relaxed_u64(&sh->completed);
+        snap.cancelled += rt__load_relaxed_u64(&sh->cancelled);
+    }
+    /* Shards are read one after another, so a running runtime can show a
+     * task finished in one shard before its spawn is counted: clamp. */
+    uint64_t finished = snap.completed + snap.cancelled;
+    snap.alive = snap.spawned > finished ? snap.spawned - finished : 0;
+    copy_sized(m, size, &snap, sizeof(snap));
+    return 0;
+}
+
+RT_EXPORT int rt_worker_metrics_read(rt_runtime *rt, unsigned index, rt_worker_metrics *m,
+                                     size_t size)
+{
+    if (rt == NULL || m == NULL || index >= rt->nworkers)
+        return -EINVAL;
+    rt_worker_metrics snap;
+    read_worker(&rt->workers[index], &snap);
+    copy_sized(m, size, &snap, sizeof(snap));
+    return 0;
+}
+
+RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
+{
+    if (rt == NULL || out == NULL)
+        return -EINVAL;
+    rt_metrics m;
+    rt_metrics_read(rt, &m, sizeof(m));
+    fprintf(out,
+            "asyncrt: %llu workers; tasks spawned %llu, completed %llu, cancelled %llu, "
+            "alive %llu\n",
+            (unsigned long long)m.workers, (unsigned long long)m.spawned,
+            (unsigned long long)m.completed, (unsigned long long)m.cancelled,
+            (unsigned long long)m.alive);
+    fprintf(out, "%-7s %12s %10s %12s %10s %8s %8s %10s %7s\n", "worker", "polls", "steals",
+            "steal_tries", "inj_batch", "parks", "unparks", "deque_max", "spills");
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        rt_worker_metrics w;
+        read_worker(&rt->workers[i], &w);
+        fprintf(out, "%-7u %12llu %10llu %12llu %10llu %8llu %8llu %10llu %7llu\n", i,
+                (unsigned long long)w.polls, (unsigned long long)w.steals,
+                (unsigned long long)w.steal_attempts, (unsigned long long)w.injector_batches,
+                (unsigned long long)w.parks, (unsigned long long)w.unparks,
+                (unsigned long long)w.deque_high_water, (unsigned long long)w.spills);
+    }
+    return ferror(out) ? -EIO : 0;
+}

@@ -1,0 +1,246 @@
+/* Runtime lifecycle: configuration, start-up, shutdown and freeing. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "runtime.h"
+
+RT_EXPORT void rt_config_init(rt_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->workers = 0;
+    cfg->injector_interval = 61;
+    cfg->spin_rounds = 2;
+}
+
+RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
+{
+    return rt != NULL ? rt->nworkers : 0;
+}
+
+static bool on_own_worker(const rt_runtime *rt)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL && w->rt == rt;
+}
+
+static void destroy_shards(rt_runtime *rt, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        pthread_mutex_destroy(&rt->shards[i].lock);
+        free(rt->shards[i].tasks);
+    }
+    free(rt->shards);
+}
+
+/* Frees what rt_runtime_new allocated; the threads are already joined. */
+static void destroy(rt_runtime *rt)
+{
+    destroy_shards(rt, rt->nshards);
+    pthread_mutex_destroy(&rt->sleepers_lock);
+    pthread_mutex_destroy(&rt->lifecycle_lock);
+    rt__injector_destroy(&rt->injector);
+    free(rt->sleepers);
+    free(rt->workers);
+    free(rt);
+}
+
+static void stop_and_join_workers(rt_runtime *rt)
+{
+    /* Release pairs with the workers' acquire loads of `closing`. */
+    rt__store_release_u32(&rt->closing, 1);
+    for (unsigned i = 0; i < rt->threads_started; i++)
+        rt__parker_unpark(&rt->workers[i].parker);
+    for (unsigned i = 0; i < rt->threads_started; i++)
+        pthread_join(rt->workers[i].thread, NULL);
+    rt->threads_started = 0;
+}
+
+static int init_shards(rt_runtime *rt)
+{
+    /* One shard per worker plus some for foreign threads. */
+    rt->nshards = rt->nworkers + (rt->nworkers < 4 ? 4 : rt->nworkers);
+    rt->shards = aligned_alloc(RT_CACHELINE, rt->nshards * sizeof(rt__registry_shard));
+    if (rt->shards == NULL)
+        return -ENOMEM;
+    memset(rt->shards, 0, rt->nshards * sizeof(rt__registry_shard));
+    for (unsigned i = 0; i < rt->nshards; i++) {
+        int err = pthread_mutex_init(&rt->shards[i].lock, NULL);
+        if (err != 0) {
+            destroy_shards(rt, i);
+            return -err;
+        }
+    }
+    return 0;
+}
+
+RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    rt_config defaults;
+    rt_config_init(&defaults);
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0)
+        return -EINVAL;
+
+    rt_runtime *rt = aligned_alloc(RT_CACHELINE, sizeof(*rt));
+    if (rt == NULL)
+        return -ENOMEM;
+    memset(rt, 0, sizeof(*rt));
+    rt->config = *cfg;
+    rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__available_cpus();
+    if (rt->nworkers > RT_MAX_WORKERS)
+        rt->nworkers = RT_MAX_WORKERS;
+    rt->idle_state = (uint64_t)rt->nworkers * RT__IDLE_UNPARKED_ONE;
+
+    int err = -ENOMEM;
+    rt->workers = aligned_alloc(RT_CACHELINE, rt->nworkers * sizeof(rt__worker));
+    rt->sleepers = calloc(rt->nworkers, sizeof(unsigned));
+    if (rt->workers == NULL || rt->sleepers == NULL)
+        goto fail_alloc;
+    memset(rt->workers, 0, rt->nworkers * sizeof(rt__worker));
+    if ((err = rt__injector_init(&rt->injector)) < 0)
+        goto fail_alloc;
+    if ((err = -pthread_mutex_init(&rt->sleepers_lock, NULL)) < 0)
+        goto fail_injector;
+    if ((err = -pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
+        goto fail_sleepers;
+    if ((err = init_shards(rt)) < 0)
+        goto fail_lifecycle;
+
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        rt__worker *w = &rt->workers[i];
+        rt__deque_init(&w->deque);
+        rt__parker_init(&w->parker);
+        w->rt = rt;
+        w->index = i;
+        w->rng = 0x9e3779b9u * (i + 1);
+    }
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        int perr = pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
+        if (perr != 0) {
+            stop_and_join_workers(rt);
+            destroy(rt);
+            return perr == EAGAIN ? -EAGAIN : -perr;
+        }
+        rt->threads_started++;
+    }
+    *out = rt;
+    return 0;
+
+fail_lifecycle:
+    pthread_mutex_destroy(&rt->lifecycle_lock);
+fail_sleepers:
+    pthread_mutex_destroy(&rt->sleepers_lock);
+fail_injector:
+    rt__injector_destroy(&rt->injector);
+fail_alloc:
+    free(rt->sleepers);
+    free(rt->workers);
+    free(rt);
+    return err;
+}
+
+/* Drops the queue reference of every task still sitting in a run queue. By
+ * now each of them is COMPLETE (shutdown cancelled it), so that is all. */
+static void drain_queues(rt_runtime *rt)
+{
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        rt__worker *w = &rt->workers[i];
+        rt_task *t;
+        while ((t = rt__deque_take_owner(&w->deque)) != NULL)
+            rt__task_unref(t, 1);
+        t = w->deferred_head;
+        while (t != NULL) {
+            rt_task *next = (rt_task *)t->node.next;
+            rt__task_unref(t, 1);
+            t = next;
+        }
+        w->deferred_head = w->deferred_tail = NULL;
+    }
+    struct cds_wfcq_node *nodes[64];
+    bool would_block;
+    for (;;) {
+        size_t n = rt__injector_pop_batch(&rt->injector, nodes, 64, &would_block);
+        for (size_t i = 0; i < n; i++)
+            rt__task_unref(caa_container_of(nodes[i], rt_task, node), 1);
+        if (n == 0 && !would_block)
+            break;
+    }
+}
+
+RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
+{
+    if (rt == NULL)
+        return -EINVAL;
+    if (on_own_worker(rt))
+        return -EDEADLK;
+    pthread_mutex_lock(&rt->lifecycle_lock);
+    if (rt->shut_down) {
+        pthread_mutex_unlock(&rt->lifecycle_lock);
+        return 0;
+    }
+    /* Refuse new spawns: a spawn either finds its shard closed or has
+     * inserted its task before the shard is walked below. */
+    rt__store_release_u32(&rt->closing, 1);
+    for (unsigned i = 0; i < rt->nshards; i++) {
+        pthread_mutex_lock(&rt->shards[i].lock);
+        rt->shards[i].closed = true;
+        pthread_mutex_unlock(&rt->shards[i].lock);
+    }
+    stop_and_join_workers(rt);
+
+    /* Cancel every task that has not finished; each removes itself. */
+    int cancelled = 0;
+    for (unsigned i = 0; i < rt->nshards; i++) {
+        rt__registry_shard *sh = &rt->shards[i];
+        pthread_mutex_lock(&sh->lock);
+        while (sh->len > 0) {
+            rt_task *t = sh->tasks[sh->len - 1];
+            pthread_mutex_unlock(&sh->lock);
+            if (rt__task_cancel_at_shutdown(t))
+                cancelled++;
+            pthread_mutex_lock(&sh->lock);
+        }
+        pthread_mutex_unlock(&sh->lock);
+    }
+    drain_queues(rt);
+    rt->shut_down = true;
+    pthread_mutex_unlock(&rt->lifecycle_lock);
+    return cancelled;
+}
+
+RT_EXPORT int rt_runtime_free(rt_runtime *rt)
+{
+    if (rt == NULL)
+        return 0;
+    if (on_own_worker(rt))
+        return -EDEADLK;
+    int err = rt_runtime_shutdown(rt);
+    if (err < 0)
+        return err;
+    /* A wake that raced with shutdown may have queued a finished task since. */
+    drain_queues(rt);
+    destroy(rt);
+    return 0;
+}
+
+RT_EXPORT int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                          size_t size, void **value)
+{
+    if (rt == NULL)
+        return -EINVAL;
+    if (rt__worker_current() != NULL)
+        return -EDEADLK;
+    rt_task *handle;
+    int err = rt_spawn(rt, poll, drop, state, size, &handle);
+    if (err < 0)
+        return err;
+    return rt_task_wait(handle, -1, value);
+}

@@ -1,0 +1,218 @@
+/* The runtime's internal structures: tasks, workers, the idle coordinator and
+ * the registry of live tasks. Internal, not installed. */
+#ifndef RT_SRC_RUNTIME_H
+#define RT_SRC_RUNTIME_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <urcu/wfcqueue.h>
+
+#include <asyncrt/metrics.h>
+#include <asyncrt/runtime.h>
+#include <asyncrt/task.h>
+
+#include "common.h"
+#include "deque.h"
+#include "injector.h"
+#include "park.h"
+
+/* ---- Task ------------------------------------------------------------------
+ *
+ * The task state word: six flag bits and a reference count above them.
+ *
+ *   bit 0 RUNNING        a worker (or shutdown) owns the future right now
+ *   bit 1 COMPLETE       the future is gone: its result or -ECANCELED is final
+ *   bit 2 NOTIFIED       the task is in a run queue, or must be requeued after
+ *                        the poll in progress; that queue entry owns 1 ref
+ *   bit 3 CANCELLED      abort was requested / the result is -ECANCELED
+ *   bit 4 JOIN_INTEREST  a join handle exists
+ *   bit 5 JOIN_WAKER     join_waker holds a waker the completer may use
+ *   bits 8..63           reference count (handles, wakers, queue entry, registry)
+ *
+ * Lifecycle (flags only):
+ *
+ *   spawn ──► NOTIFIED ──pop──► RUNNING ──RT_READY──────────────► COMPLETE
+ *               ▲                 │  │                              ▲
+ *               │ wake (idle)     │  └─wake during poll: +NOTIFIED   │
+ *               │                 ▼        requeue after the poll   │
+ *             idle ◄──RT_PENDING──┘                                 │
+ *               └── abort: +CANCELLED+NOTIFIED ──pop──► drop ───────┘
+ *
+ * Every transition is one CAS or fetch-add on the word; each is a full barrier
+ * (acq_rel at least), which is what orders the data around it:
+ * - the worker writes `output` and runs `drop` before its CAS that sets
+ *   COMPLETE (release); a joiner's load that sees COMPLETE (acquire) then
+ *   reads `output`;
+ * - a joiner writes join_waker, then sets JOIN_WAKER by CAS (release); the
+ *   completer's CAS that sets COMPLETE reads JOIN_WAKER (acquire) and only
+ *   then reads join_waker;
+ * - whoever sets NOTIFIED on an idle task owns the push of the task onto a run
+ *   queue; the queue's own release/acquire hands the task to the worker.
+ * Ownership of join_waker: the handle side while JOIN_WAKER is clear and the
+ * task is not COMPLETE; the completer while JOIN_WAKER is set; after the
+ * completer clears JOIN_WAKER, the handle side again, or, if the handle is
+ * already gone, the completer, which drops it. */
+#define RT__TASK_RUNNING (1ull << 0)
+#define RT__TASK_COMPLETE (1ull << 1)
+#define RT__TASK_NOTIFIED (1ull << 2)
+#define RT__TASK_CANCELLED (1ull << 3)
+#define RT__TASK_JOIN_INTEREST (1ull << 4)
+#define RT__TASK_JOIN_WAKER (1ull << 5)
+#define RT__TASK_REF_SHIFT 8
+#define RT__TASK_REF_ONE (1ull << RT__TASK_REF_SHIFT)
+#define RT__TASK_FLAGS (RT__TASK_REF_ONE - 1)
+
+struct rt_task {
+    /* The state word above. */
+    uint64_t state;
+    /* The poll function until the task completes, then its result. The worker
+     * holding RUNNING is the only one touching it before COMPLETE. */
+    union {
+        rt_poll_fn poll;
+        void *output;
+    } u;
+    /* Releases the state; NULL when there is nothing to release. */
+    rt_drop_fn drop;
+    /* The runtime the task belongs to; never dereferenced once COMPLETE, so a
+     * task may outlive its runtime. */
+    rt_runtime *rt;
+    /* Who to wake when the task completes; see the ownership rules above. */
+    rt_waker join_waker;
+    /* Link in the injector or in the owner worker's deferred list. */
+    struct cds_wfcq_node node;
+    /* Position in its registry shard's array (under the shard's lock). */
+    uint32_t registry_index;
+    /* Which registry shard holds it. */
+    uint32_t registry_shard;
+    /* The future's state follows, aligned for any type. */
+    _Alignas(16) unsigned char future_state[];
+};
+
+_Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
+               "the task header must fit in one cache line");
+
+/* The waker of a runtime task: data is the task. */
+extern const rt_waker_vtable rt__task_waker_vtable;
+
+/* Polls the task (which the caller popped from a run queue, with the queue's
+ * reference) on worker `w`. */
+struct rt__worker;
+void rt__task_run(struct rt__worker *w, rt_task *t);
+
+/* Drops `n` references; frees the task when they were the last. */
+void rt__task_unref(rt_task *t, uint64_t n);
+
+/* Shutdown's cancellation of a task that may not have finished: runs its drop
+ * and completes it with -ECANCELED. Gives up the registry's reference. Returns
+ * true when the task was unfinished. Only after every worker has exited. */
+bool rt__task_cancel_at_shutdown(rt_task *t);
+
+/* ---- Registry of live tasks ----------------------------------------------
+ *
+ * Shutdown must reach every unfinished task, including one that waits on a
+ * waker held by user code. Each spawned task is recorded in one shard (a
+ * mutex-protected array): workers use their own shard, so the lock is almost
+ * never contended; foreign threads share the remaining ones. The counters are
+ * the source of the spawned/completed/cancelled metrics: they are written
+ * under the lock and read with relaxed atomic loads. */
+typedef struct rt__registry_shard {
+    RT_ALIGNED_CACHELINE pthread_mutex_t lock;
+    rt_task **tasks;    /* live tasks, unordered */
+    uint32_t len;       /* entries in use */
+    uint32_t cap;       /* entries allocated */
+    bool closed;        /* set at shutdown: no more inserts */
+    uint64_t inserted;  /* tasks ever spawned into this shard */
+    uint64_t completed; /* removed after RT_READY */
+    uint64_t cancelled; /* removed after being dropped unfinished */
+} rt__registry_shard;
+
+/* ---- Workers -------------------------------------------------------------*/
+
+typedef struct rt__worker {
+    /* The Chase-Lev deque: first, so it starts on its own cache lines. */
+    rt__deque deque;
+    /* Where the worker sleeps when idle. */
+    RT_ALIGNED_CACHELINE rt__parker parker;
+    rt_runtime *rt;
+    unsigned index;
+    pthread_t thread;
+    /* Polls so far: every injector_interval-th one looks at the injector
+     * and at the own deque's top before the bottom. */
+    uint64_t tick;
+    /* xorshift state for picking steal victims. */
+    uint32_t rng;
+    /* Counted in the idle coordinator's num_searching. */
+    bool searching;
+    /* Listed in the coordinator's sleepers (under sleepers_lock). */
+    bool sleeping;
+    /* The task being polled, or NULL. */
+    rt_task *current;
+    /* Tasks woken during their own poll (yields), in FIFO order, linked
+     * through task->node: they run again only after the deque drains. */
+    rt_task *deferred_head;
+    rt_task *deferred_tail;
+    /* Statistics, written only by this worker (relaxed), read by anyone. */
+    rt_worker_metrics stats;
+} rt__worker;
+
+/* The worker the calling thread is, or NULL. */
+rt__worker *rt__worker_current(void);
+
+/* ---- Runtime ------------------------------------------------------------*/
+
+/* The idle coordinator's word: workers searching for work in the low 32 bits,
+ * workers not parked in the high 32 bits. */
+#define RT__IDLE_SEARCHING_ONE 1ull
+#define RT__IDLE_UNPARKED_ONE (1ull << 32)
+
+struct rt_runtime {
+    rt_config config;
+    unsigned nworkers;
+    rt__worker *workers; /* nworkers entries, cache-line aligned */
+
+    rt__injector injector;
+
+    /* Idle coordination (scheduler.c). */
+    RT_ALIGNED_CACHELINE uint64_t idle_state;
+    pthread_mutex_t sleepers_lock;
+    unsigned *sleepers; /* stack of parked worker indices */
+    unsigned nsleepers;
+
+    /* Set once by shutdown; workers and spawns check it. */
+    RT_ALIGNED_CACHELINE uint32_t closing;
+
+    /* Live-task registry: nworkers shards for workers, then foreign shards. */
+    unsigned nshards;
+    rt__registry_shard *shards;
+
+    /* Serializes rt_runtime_shutdown callers. */
+    pthread_mutex_t lifecycle_lock;
+    bool shut_down;
+    unsigned threads_started;
+};
+
+/* Schedules a task whose NOTIFIED bit the caller just set, with the queue
+ * reference the caller owns: onto the calling worker's deque when it is a
+ * worker of the task's runtime, else onto the injector. */
+void rt__schedule(rt_task *t);
+
+/* Puts a task woken during its own poll at the end of the worker's deferred
+ * list (the queue reference comes with it). */
+void rt__defer(rt__worker *w, rt_task *t);
+
+/* The worker thread's main loop. */
+void *rt__worker_main(void *arg);
+
+/* Adds a spawned task to the registry. -ESHUTDOWN after shutdown began,
+ * -ENOMEM when the shard cannot grow. */
+int rt__registry_insert(rt_runtime *rt, rt__worker *w, rt_task *t);
+/* Removes a finished task, counting it as completed or cancelled. */
+void rt__registry_remove(rt_runtime *rt, rt_task *t, bool cancelled);
+
+/* The number of CPUs this process may run on (affinity and cgroup quota). */
+unsigned rt__available_cpus(void);
+
+#endif

@@ -1,0 +1,397 @@
+/* The scheduler: where tasks go when they become runnable, the worker loop
+ * that finds and polls them, work stealing, and the idle coordinator that
+ * decides which sleeping worker to wake.
+ *
+ * Finding work, in order (the worker loop):
+ *   1. every injector_interval-th poll: a batch from the injector, else the
+ *      oldest task of the own deque (so neither the injector nor the top of
+ *      the own deque starves behind tasks that keep re-waking each other at
+ *      the bottom);
+ *   2. the own deque's bottom (LIFO: the task just spawned or woken);
+ *   3. the deferred list (tasks that yielded) moved into the deque;
+ *   4. a batch from the injector;
+ *   5. searching: steal one task from random victims, spin_rounds times;
+ *   6. park.
+ *
+ * Idle coordination (after Tokio's): one word counts searching and unparked
+ * workers. At most half the workers search at once. Whoever makes work
+ * available wakes a parked worker only when nobody is searching; a searcher
+ * that finds work and was the last searcher wakes another worker if more
+ * work is visible. Both sides of each hand-off follow "write, StoreLoad
+ * fence, read the other side's state":
+ *   producer: push the task; fence; read idle_state (searching, unparked);
+ *   parker:   RMW idle_state under sleepers_lock; re-check every queue.
+ *   last searcher: RMW idle_state (searching - 1); re-check every queue.
+ * Whichever runs second sees the other's write, so a task is never left
+ * behind with every worker asleep. The RMWs are full barriers; the producer's
+ * deque push is followed by rt__fence_store_load(), its injector push by the
+ * exchange inside cds_wfcq_enqueue (a full barrier). */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "atomic.h"
+#include "runtime.h"
+
+/* Largest injector batch a worker takes at once. */
+#define RT_INJECTOR_BATCH 64
+
+static __thread rt__worker *tls_worker __attribute__((tls_model("initial-exec")));
+
+rt__worker *rt__worker_current(void)
+{
+    return tls_worker;
+}
+
+RT_EXPORT rt_runtime *rt_current(void)
+{
+    return tls_worker != NULL ? tls_worker->rt : NULL;
+}
+
+static inline rt_task *task_of_node(struct cds_wfcq_node *node)
+{
+    return caa_container_of(node, rt_task, node);
+}
+
+/* ---- Idle coordinator ---------------------------------------------------- */
+
+static inline uint32_t idle_searching(uint64_t s)
+{
+    return (uint32_t)(s & 0xffffffffu);
+}
+
+static inline uint32_t idle_unparked(uint64_t s)
+{
+    return (uint32_t)(s >> 32);
+}
+
+/* True when some queue of the runtime holds a task (a snapshot). */
+static bool work_visible(rt_runtime *rt)
+{
+    if (!rt__injector_is_empty(&rt->injector))
+        return true;
+    for (unsigned i = 0; i < rt->nworkers; i++)
+        if (rt__deque_len_any(&rt->workers[i].deque) > 0)
+            return true;
+    return false;
+}
+
+/* Wakes one parked worker, as a searcher, unless one is searching already or
+ * none is parked. The caller has made work visible and fenced (see top). */
+static void notify_parked(rt_runtime *rt)
+{
+    uint64_t s = rt__load_seq_cst_u64(&rt->idle_state);
+    if (idle_searching(s) != 0 || idle_unparked(s) >= rt->nworkers)
+        return;
+    pthread_mutex_lock(&rt->sleepers_lock);
+    s = rt__load_relaxed_u64(&rt->idle_state);
+    if (idle_searching(s) != 0 || rt->nsleepers == 0) {
+        pthread_mutex_unlock(&rt->sleepers_lock);
+        return;
+    }
+    unsigned idx = rt->sleepers[--rt->nsleepers];
+    rt__worker *w = &rt->workers[idx];
+    w->sleeping = false;
+    rt__faa_u64(&rt->idle_state, RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE);
+    pthread_mutex_unlock(&rt->sleepers_lock);
+    rt__parker_unpark(&w->parker);
+}
+
+static bool transition_to_searching(rt__worker *w)
+{
+    if (w->searching)
+        return true;
+    rt_runtime *rt = w->rt;
+    uint64_t s = rt__load_acquire_u64(&rt->idle_state);
+    /* At most half the workers search: more only burn CPU on each other's
+     * cache lines. A single worker may always search. */
+    if (2 * idle_searching(s) >= rt->nworkers)
+        return false;
+    rt__faa_u64(&rt->idle_state, RT__IDLE_SEARCHING_ONE);
+    w->searching = true;
+    return true;
+}
+
+/* The worker found a task while searching. */
+static void transition_from_searching(rt__worker *w)
+{
+    if (!w->searching)
+        return;
+    w->searching = false;
+    rt_runtime *rt = w->rt;
+    uint64_t prev = rt__faa_u64(&rt->idle_state, (uint64_t)0 - RT__IDLE_SEARCHING_ONE);
+    /* The last searcher hands the search on when there is more to find. */
+    if (idle_searching(prev) == 1 && work_visible(rt))
+        notify_parked(rt);
+}
+
+/* Announces the worker as parked. */
+static void transition_to_parked(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    pthread_mutex_lock(&rt->sleepers_lock);
+    uint64_t dec = RT__IDLE_UNPARKED_ONE + (w->searching ? RT__IDLE_SEARCHING_ONE : 0);
+    rt__faa_u64(&rt->idle_state, (uint64_t)0 - dec);
+    w->searching = false;
+    w->sleeping = true;
+    rt->sleepers[rt->nsleepers++] = w->index;
+    pthread_mutex_unlock(&rt->sleepers_lock);
+}
+
+/* Takes the worker back out of the sleepers if nobody did yet. Returns false
+ * when a notifier already woke it (it is then a searcher). */
+static bool cancel_park(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    bool removed = false;
+    pthread_mutex_lock(&rt->sleepers_lock);
+    if (w->sleeping) {
+        for (unsigned i = 0; i < rt->nsleepers; i++) {
+            if (rt->sleepers[i] == w->index) {
+                rt->sleepers[i] = rt->sleepers[--rt->nsleepers];
+                break;
+            }
+        }
+        w->sleeping = false;
+        rt__faa_u64(&rt->idle_state, RT__IDLE_UNPARKED_ONE);
+        removed = true;
+    }
+    pthread_mutex_unlock(&rt->sleepers_lock);
+    return removed;
+}
+
+static bool still_sleeping(rt__worker *w)
+{
+    pthread_mutex_lock(&w->rt->sleepers_lock);
+    bool sleeping = w->sleeping;
+    pthread_mutex_unlock(&w->rt->sleepers_lock);
+    return sleeping;
+}
+
+static void park_worker(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    transition_to_parked(w);
+    /* The RMW above was a full barrier: now re-check what producers may have
+     * pushed before they could see us parked. */
+    if (work_visible(rt)) {
+        if (!cancel_park(w))
+            w->searching = true;
+        return;
+    }
+    rt__stat_add(&w->stats.parks, 1);
+    for (;;) {
+        rt__parker_park(&w->parker, -1);
+        if (rt__load_acquire_u32(&rt->closing))
+            return;
+        if (!still_sleeping(w)) {
+            /* A notifier popped us and counted us as searching. */
+            w->searching = true;
+            rt__stat_add(&w->stats.unparks, 1);
+            return;
+        }
+        /* A stale token from an earlier notify: sleep again. */
+    }
+}
+
+/* ---- Pushing work -------------------------------------------------------- */
+
+/* Moves the older half of a full deque to the injector. */
+static void spill_half(rt__worker *w)
+{
+    void *items[RT_DEQUE_CAPACITY / 2];
+    size_t n = rt__deque_spill_owner(&w->deque, items, RT_DEQUE_CAPACITY / 2);
+    if (n == 0)
+        return; /* thieves made room meanwhile */
+    struct cds_wfcq_node *nodes[RT_DEQUE_CAPACITY / 2];
+    for (size_t i = 0; i < n; i++)
+        nodes[i] = &((rt_task *)items[i])->node;
+    rt__injector_push_batch(&w->rt->injector, nodes, n);
+    rt__stat_add(&w->stats.spills, 1);
+}
+
+/* Pushes onto the own deque; returns the number of tasks it held before. */
+static size_t push_local(rt__worker *w, rt_task *t)
+{
+    size_t before = rt__deque_len_any(&w->deque);
+    while (!rt__deque_push_owner(&w->deque, t)) {
+        spill_half(w);
+        before = rt__deque_len_any(&w->deque);
+    }
+    if (before + 1 > rt__load_relaxed_u64(&w->stats.deque_high_water))
+        rt__store_relaxed_u64(&w->stats.deque_high_water, before + 1);
+    return before;
+}
+
+void rt__schedule(rt_task *t)
+{
+    rt__worker *w = tls_worker;
+    rt_runtime *rt = t->rt;
+    if (w != NULL && w->rt == rt) {
+        /* The first task in an empty deque is the one this worker runs next:
+         * waking a sleeper for it would only make the sleeper find nothing
+         * (the chained-spawn case). Surplus work is announced. */
+        if (push_local(w, t) > 0) {
+            rt__fence_store_load();
+            notify_parked(rt);
+        }
+        return;
+    }
+    rt__injector_push(&rt->injector, &t->node);
+    notify_parked(rt);
+}
+
+void rt__defer(rt__worker *w, rt_task *t)
+{
+    t->node.next = NULL;
+    if (w->deferred_tail != NULL)
+        w->deferred_tail->node.next = (struct cds_wfcq_node *)t;
+    else
+        w->deferred_head = t;
+    w->deferred_tail = t;
+}
+
+/* Moves the deferred tasks into the deque, oldest first. */
+static bool flush_deferred(rt__worker *w)
+{
+    rt_task *t = w->deferred_head;
+    if (t == NULL)
+        return false;
+    w->deferred_head = w->deferred_tail = NULL;
+    while (t != NULL) {
+        rt_task *next = (rt_task *)t->node.next;
+        push_local(w, t);
+        t = next;
+    }
+    if (rt__deque_len_any(&w->deque) > 1) {
+        rt__fence_store_load();
+        notify_parked(w->rt);
+    }
+    return true;
+}
+
+/* ---- Finding work --------------------------------------------------------- */
+
+/* Takes a batch from the injector: returns the first task and pushes the rest
+ * onto the own deque. */
+static rt_task *take_from_injector(rt__worker *w)
+{
+    size_t room = RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque);
+    size_t max = room / 2;
+    if (max > RT_INJECTOR_BATCH)
+        max = RT_INJECTOR_BATCH;
+    if (max == 0)
+        max = 1;
+    struct cds_wfcq_node *nodes[RT_INJECTOR_BATCH];
+    bool would_block;
+    size_t n = rt__injector_pop_batch(&w->rt->injector, nodes, max, &would_block);
+    if (n == 0)
+        return NULL;
+    rt__stat_add(&w->stats.injector_batches, 1);
+    for (size_t i = 1; i < n; i++)
+        push_local(w, task_of_node(nodes[i]));
+    if (n > 1) {
+        rt__fence_store_load();
+        notify_parked(w->rt);
+    }
+    return task_of_node(nodes[0]);
+}
+
+static uint32_t next_random(rt__worker *w)
+{
+    uint32_t x = w->rng;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    w->rng = x;
+    return x;
+}
+
+static rt_task *steal_from_others(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    unsigned n = rt->nworkers;
+    if (n < 2)
+        return NULL;
+    unsigned start = next_random(w) % n;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned victim = (start + i) % n;
+        if (victim == w->index)
+            continue;
+        rt__deque *d = &rt->workers[victim].deque;
+        for (int tries = 0; tries < 4; tries++) {
+            rt__stat_add(&w->stats.steal_attempts, 1);
+            void *item = rt__deque_steal_any(d);
+            if (item == NULL)
+                break;
+            if (item != RT_DEQUE_LOST) {
+                rt__stat_add(&w->stats.steals, 1);
+                return item;
+            }
+        }
+    }
+    return NULL;
+}
+
+static rt_task *find_local_work(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    rt_task *t;
+    if (++w->tick % rt->config.injector_interval == 0) {
+        t = take_from_injector(w);
+        if (t != NULL)
+            return t;
+        /* Take from the own top now and then (see the top of this file). */
+        void *item = rt__deque_steal_any(&w->deque);
+        if (item != NULL && item != RT_DEQUE_LOST)
+            return item;
+    }
+    t = rt__deque_take_owner(&w->deque);
+    if (t != NULL)
+        return t;
+    if (flush_deferred(w)) {
+        t = rt__deque_take_owner(&w->deque);
+        if (t != NULL)
+            return t;
+    }
+    return take_from_injector(w);
+}
+
+static rt_task *search(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    for (unsigned round = 0; round < rt->config.spin_rounds; round++) {
+        if (!transition_to_searching(w))
+            return NULL;
+        rt_task *t = steal_from_others(w);
+        if (t == NULL)
+            t = take_from_injector(w);
+        if (t != NULL)
+            return t;
+        rt__cpu_relax();
+    }
+    return NULL;
+}
+
+void *rt__worker_main(void *arg)
+{
+    rt__worker *w = arg;
+    rt_runtime *rt = w->rt;
+    tls_worker = w;
+    while (!rt__load_acquire_u32(&rt->closing)) {
+        rt_task *t = find_local_work(w);
+        if (t == NULL)
+            t = search(w);
+        if (t != NULL) {
+            /* A worker woken as a searcher stops counting as one as soon as
+             * it has work, wherever it found it. */
+            transition_from_searching(w);
+            rt__stat_add(&w->stats.polls, 1);
+            rt__task_run(w, t);
+            continue;
+        }
+        park_worker(w);
+    }
+    tls_worker = NULL;
+    return NULL;
+}
