@@ -35,14 +35,17 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
         return -EINVAL;
     rt_metrics snap = {0};
     snap.workers = rt->nworkers;
-    for (unsigned i = 0; i < rt->nshards; i++) {
-        const rt__registry_shard *sh = &rt->shards[i];
-        snap.spawned += rt__load_relaxed_u64(&sh->inserted);
-        snap.completed += rt__load_relaxed_u64(&sh->completed);
-        snap.cancelled += rt__load_relaxed_u64(&sh->cancelled);
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        const rt__worker *w = &rt->workers[i];
+        snap.spawned += rt__load_relaxed_u64(&w->registry.spawned);
+        snap.completed += rt__load_relaxed_u64(&w->completed);
+        snap.cancelled += rt__load_relaxed_u64(&w->cancelled);
     }
-    /* Shards are read one after another, so a running runtime can show a
-     * task finished in one shard before its spawn is counted: clamp. */
+    for (unsigned i = 0; i < rt->nforeign; i++)
+        snap.spawned += rt__load_relaxed_u64(&rt->foreign[i].registry.spawned);
+    snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);
+    /* Counters are read one after another, so a running runtime can show a
+     * task finished before its spawn is counted: clamp. */
     uint64_t finished = snap.completed + snap.cancelled;
     snap.alive = snap.spawned > finished ? snap.spawned - finished : 0;
     copy_sized(m, size, &snap, sizeof(snap));

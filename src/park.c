@@ -24,6 +24,13 @@ int64_t rt__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t rt__coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
     struct timespec ts, *tsp = NULL;

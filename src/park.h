@@ -50,5 +50,7 @@ void rt__thread_waker_release(rt__thread_waker *tw);
 
 /* Monotonic clock in nanoseconds. */
 int64_t rt__now_ns(void);
+/* The same at the kernel tick's resolution (a few ms), much cheaper. */
+int64_t rt__coarse_now_ns(void);
 
 #endif

@@ -1,63 +1,110 @@
 /* The registry of live tasks (see runtime.h): what shutdown walks to cancel
- * every unfinished task, and where the task counts come from. */
+ * every unfinished task. Completed tasks are released lazily by sweeps. */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "atomic.h"
 #include "runtime.h"
 
-/* Foreign threads pick a shard by a hash of their thread-local storage
- * address, which differs per thread and costs no system call. */
-static unsigned foreign_shard(const rt_runtime *rt)
+#define RT_REGISTRY_MIN_CAP 256
+
+void rt__registry_sweep(rt__registry *r, rt__block_cache *cache)
 {
-    static __thread char marker;
-    uintptr_t h = (uintptr_t)&marker;
-    h ^= h >> 17;
-    h *= 0x9e3779b97f4a7c15ull;
-    unsigned nforeign = rt->nshards - rt->nworkers;
-    return rt->nworkers + (unsigned)((h >> 32) % nforeign);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < r->len; i++) {
+        rt_task *t = r->tasks[i];
+        /* Acquire pairs with the completer's release of COMPLETE: its last
+         * accesses to the task happen before our unref may free it. */
+        uint64_t st = rt__load_acquire_u64(&t->state);
+        if (st & RT__TASK_COMPLETE) {
+            /* Sole owner of a finished task: nobody can take a new reference
+             * without holding one, so no atomic is needed to free it. */
+            if ((st >> RT__TASK_REF_SHIFT) == 1)
+                rt__task_recycle(cache, t);
+            else
+                rt__task_unref(t, 1);
+        } else
+            r->tasks[kept++] = t;
+    }
+    r->len = kept;
 }
 
-int rt__registry_insert(rt_runtime *rt, rt__worker *w, rt_task *t)
+int rt__registry_insert(rt__registry *r, rt_task *t, rt__block_cache *cache)
 {
-    unsigned idx = w != NULL ? w->index : foreign_shard(rt);
-    rt__registry_shard *sh = &rt->shards[idx];
-    pthread_mutex_lock(&sh->lock);
-    /* Checked under the lock: shutdown closes each shard under it, so a task
-     * is either inserted before shutdown walks the shard or refused. */
-    if (sh->closed) {
-        pthread_mutex_unlock(&sh->lock);
-        return -ESHUTDOWN;
+    /* Sweep once as many tasks were registered as were alive after the last
+     * sweep (at least RT_REGISTRY_MIN_CAP): each sweep's scan is paid for by
+     * the inserts since the previous one, and finished tasks never outnumber
+     * live ones by much, so their blocks come back to the cache quickly. */
+    if (r->len >= r->sweep_at) {
+        rt__registry_sweep(r, cache);
+        r->sweep_at = 2 * r->len > RT_REGISTRY_MIN_CAP ? 2 * r->len : RT_REGISTRY_MIN_CAP;
     }
-    if (sh->len == sh->cap) {
-        uint32_t cap = sh->cap != 0 ? sh->cap * 2 : 256;
-        rt_task **grown = realloc(sh->tasks, cap * sizeof(*grown));
-        if (grown == NULL) {
-            pthread_mutex_unlock(&sh->lock);
+    if (r->len == r->cap) {
+        uint32_t cap = r->cap != 0 ? r->cap * 2 : RT_REGISTRY_MIN_CAP;
+        rt_task **grown = realloc(r->tasks, (size_t)cap * sizeof(*grown));
+        if (grown == NULL)
             return -ENOMEM;
-        }
-        sh->tasks = grown;
-        sh->cap = cap;
+        r->tasks = grown;
+        r->cap = cap;
     }
-    t->registry_shard = idx;
-    t->registry_index = sh->len;
-    sh->tasks[sh->len++] = t;
-    rt__store_relaxed_u64(&sh->inserted, sh->inserted + 1);
-    pthread_mutex_unlock(&sh->lock);
+    r->tasks[r->len++] = t;
+    rt__store_relaxed_u64(&r->spawned, r->spawned + 1);
     return 0;
 }
 
-void rt__registry_remove(rt_runtime *rt, rt_task *t, bool cancelled)
+unsigned rt__registry_cancel_all(rt__registry *r)
 {
-    rt__registry_shard *sh = &rt->shards[t->registry_shard];
-    pthread_mutex_lock(&sh->lock);
-    /* Swap the last entry into the hole. */
-    rt_task *last = sh->tasks[--sh->len];
-    sh->tasks[t->registry_index] = last;
-    last->registry_index = t->registry_index;
-    if (cancelled)
-        rt__store_relaxed_u64(&sh->cancelled, sh->cancelled + 1);
-    else
-        rt__store_relaxed_u64(&sh->completed, sh->completed + 1);
-    pthread_mutex_unlock(&sh->lock);
+    unsigned cancelled = 0;
+    for (uint32_t i = 0; i < r->len; i++) {
+        rt_task *t = r->tasks[i];
+        if (!(rt__load_acquire_u64(&t->state) & RT__TASK_COMPLETE)) {
+            rt__task_cancel_at_shutdown(t);
+            cancelled++;
+        }
+        rt__task_unref(t, 1);
+    }
+    free(r->tasks);
+    r->tasks = NULL;
+    r->len = r->cap = 0;
+    return cancelled;
+}
+
+/* Foreign threads pick a shard by a hash of a thread-local address, which
+ * differs per thread and costs no system call. */
+rt__foreign_shard *rt__foreign_shard_of_thread(rt_runtime *rt)
+{
+    static __thread char marker;
+    uint64_t h = (uintptr_t)&marker;
+    h ^= h >> 17;
+    h *= 0x9e3779b97f4a7c15ull;
+    return &rt->foreign[(h >> 32) % rt->nforeign];
+}
+
+/* Whether enough polls ran since the last sweep to make a scan of `len`
+ * entries cheap per poll (at most ~4 entries scanned per poll). */
+static bool sweep_worthwhile(const rt__registry *r, uint64_t polls)
+{
+    return r->len > 0 && (polls - r->polls_at_sweep) * 4 >= r->len;
+}
+
+void rt__registry_sweep_idle(rt__worker *w)
+{
+    uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
+    if (sweep_worthwhile(&w->registry, polls)) {
+        rt__registry_sweep(&w->registry, &w->cache);
+        w->registry.polls_at_sweep = polls;
+    }
+    rt_runtime *rt = w->rt;
+    rt__foreign_shard *sh = &rt->foreign[w->index % rt->nforeign];
+    if (pthread_mutex_trylock(&sh->lock) == 0) {
+        /* Foreign-spawned tasks run on every worker: use the total polls. */
+        uint64_t all = 0;
+        for (unsigned i = 0; i < rt->nworkers; i++)
+            all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
+        if (sweep_worthwhile(&sh->registry, all)) {
+            rt__registry_sweep(&sh->registry, &sh->cache);
+            sh->registry.polls_at_sweep = all;
+        }
+        pthread_mutex_unlock(&sh->lock);
+    }
 }

@@ -30,16 +30,21 @@ static bool on_own_worker(const rt_runtime *rt)
 static void destroy_shards(rt_runtime *rt, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
-        pthread_mutex_destroy(&rt->shards[i].lock);
-        free(rt->shards[i].tasks);
+        pthread_mutex_destroy(&rt->foreign[i].lock);
+        free(rt->foreign[i].registry.tasks);
+        rt__block_cache_trim(&rt->foreign[i].cache, 0);
     }
-    free(rt->shards);
+    free(rt->foreign);
 }
 
 /* Frees what rt_runtime_new allocated; the threads are already joined. */
 static void destroy(rt_runtime *rt)
 {
-    destroy_shards(rt, rt->nshards);
+    destroy_shards(rt, rt->nforeign);
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        free(rt->workers[i].registry.tasks);
+        rt__block_cache_trim(&rt->workers[i].cache, 0);
+    }
     pthread_mutex_destroy(&rt->sleepers_lock);
     pthread_mutex_destroy(&rt->lifecycle_lock);
     rt__injector_destroy(&rt->injector);
@@ -61,14 +66,14 @@ static void stop_and_join_workers(rt_runtime *rt)
 
 static int init_shards(rt_runtime *rt)
 {
-    /* One shard per worker plus some for foreign threads. */
-    rt->nshards = rt->nworkers + (rt->nworkers < 4 ? 4 : rt->nworkers);
-    rt->shards = aligned_alloc(RT_CACHELINE, rt->nshards * sizeof(rt__registry_shard));
-    if (rt->shards == NULL)
+    /* Enough foreign shards that a few spawning threads rarely share one. */
+    rt->nforeign = rt->nworkers < 4 ? 4 : rt->nworkers;
+    rt->foreign = aligned_alloc(RT_CACHELINE, rt->nforeign * sizeof(rt__foreign_shard));
+    if (rt->foreign == NULL)
         return -ENOMEM;
-    memset(rt->shards, 0, rt->nshards * sizeof(rt__registry_shard));
-    for (unsigned i = 0; i < rt->nshards; i++) {
-        int err = pthread_mutex_init(&rt->shards[i].lock, NULL);
+    memset(rt->foreign, 0, rt->nforeign * sizeof(rt__foreign_shard));
+    for (unsigned i = 0; i < rt->nforeign; i++) {
+        int err = pthread_mutex_init(&rt->foreign[i].lock, NULL);
         if (err != 0) {
             destroy_shards(rt, i);
             return -err;
@@ -189,31 +194,28 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     /* Refuse new spawns: a spawn either finds its shard closed or has
      * inserted its task before the shard is walked below. */
     rt__store_release_u32(&rt->closing, 1);
-    for (unsigned i = 0; i < rt->nshards; i++) {
-        pthread_mutex_lock(&rt->shards[i].lock);
-        rt->shards[i].closed = true;
-        pthread_mutex_unlock(&rt->shards[i].lock);
+    for (unsigned i = 0; i < rt->nforeign; i++) {
+        pthread_mutex_lock(&rt->foreign[i].lock);
+        rt->foreign[i].closed = true;
+        pthread_mutex_unlock(&rt->foreign[i].lock);
     }
     stop_and_join_workers(rt);
 
-    /* Cancel every task that has not finished; each removes itself. */
-    int cancelled = 0;
-    for (unsigned i = 0; i < rt->nshards; i++) {
-        rt__registry_shard *sh = &rt->shards[i];
-        pthread_mutex_lock(&sh->lock);
-        while (sh->len > 0) {
-            rt_task *t = sh->tasks[sh->len - 1];
-            pthread_mutex_unlock(&sh->lock);
-            if (rt__task_cancel_at_shutdown(t))
-                cancelled++;
-            pthread_mutex_lock(&sh->lock);
-        }
-        pthread_mutex_unlock(&sh->lock);
+    /* Cancel every task that has not finished. The counts stay readable:
+     * the registries keep their `spawned` figures. */
+    unsigned cancelled = 0;
+    for (unsigned i = 0; i < rt->nworkers; i++)
+        cancelled += rt__registry_cancel_all(&rt->workers[i].registry);
+    for (unsigned i = 0; i < rt->nforeign; i++) {
+        pthread_mutex_lock(&rt->foreign[i].lock);
+        cancelled += rt__registry_cancel_all(&rt->foreign[i].registry);
+        pthread_mutex_unlock(&rt->foreign[i].lock);
     }
+    rt__store_relaxed_u64(&rt->shutdown_cancelled, cancelled);
     drain_queues(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);
-    return cancelled;
+    return (int)cancelled;
 }
 
 RT_EXPORT int rt_runtime_free(rt_runtime *rt)

@@ -15,6 +15,7 @@
 #include <asyncrt/task.h>
 
 #include "common.h"
+#include "block_cache.h"
 #include "deque.h"
 #include "injector.h"
 #include "park.h"
@@ -31,6 +32,13 @@
  *   bit 4 JOIN_INTEREST  a join handle exists
  *   bit 5 JOIN_WAKER     join_waker holds a waker the completer may use
  *   bits 8..63           reference count (handles, wakers, queue entry, registry)
+ *
+ * A task that wakes itself during its own poll (a yield) is a special case
+ * handled without touching the word: the worker notes it in
+ * `current_notified`, and the task goes back on a run queue still RUNNING, as
+ * if the poll had not ended; the next worker to pop it sees RUNNING and knows
+ * it owns it already. While queued that way, external wakes and aborts behave
+ * as for any running task (set NOTIFIED / CANCELLED, checked after the poll).
  *
  * Lifecycle (flags only):
  *
@@ -83,10 +91,10 @@ struct rt_task {
     rt_waker join_waker;
     /* Link in the injector or in the owner worker's deferred list. */
     struct cds_wfcq_node node;
-    /* Position in its registry shard's array (under the shard's lock). */
-    uint32_t registry_index;
-    /* Which registry shard holds it. */
-    uint32_t registry_shard;
+    /* The allocation is a cacheable small block (RT__TASK_SMALL_BLOCK). */
+    uint32_t small_block;
+    /* Unused; keeps the future's state 16-byte aligned. */
+    uint32_t reserved;
     /* The future's state follows, aligned for any type. */
     _Alignas(16) unsigned char future_state[];
 };
@@ -102,32 +110,63 @@ extern const rt_waker_vtable rt__task_waker_vtable;
 struct rt__worker;
 void rt__task_run(struct rt__worker *w, rt_task *t);
 
+/* Tasks whose header and state fit this many bytes are allocated as blocks
+ * of exactly this size from a block cache (block_cache.h): spawning and
+ * freeing tasks is the hot path of every spawn-heavy program, and a private
+ * LIFO list of equal blocks beats malloc's bins there. */
+#define RT__TASK_SMALL_BLOCK 128
+
+/* Frees the task's memory (the last reference is gone) into `cache` (NULL:
+ * to malloc). */
+void rt__task_recycle(rt__block_cache *cache, rt_task *t);
+
 /* Drops `n` references; frees the task when they were the last. */
 void rt__task_unref(rt_task *t, uint64_t n);
 
-/* Shutdown's cancellation of a task that may not have finished: runs its drop
- * and completes it with -ECANCELED. Gives up the registry's reference. Returns
- * true when the task was unfinished. Only after every worker has exited. */
-bool rt__task_cancel_at_shutdown(rt_task *t);
+/* Shutdown's cancellation of an unfinished task: runs its drop and completes
+ * it with -ECANCELED. Only after every worker has exited. */
+void rt__task_cancel_at_shutdown(rt_task *t);
 
 /* ---- Registry of live tasks ----------------------------------------------
  *
  * Shutdown must reach every unfinished task, including one that waits on a
- * waker held by user code. Each spawned task is recorded in one shard (a
- * mutex-protected array): workers use their own shard, so the lock is almost
- * never contended; foreign threads share the remaining ones. The counters are
- * the source of the spawned/completed/cancelled metrics: they are written
- * under the lock and read with relaxed atomic loads. */
-typedef struct rt__registry_shard {
+ * waker held by user code, so every task is recorded where it was spawned:
+ * in its worker's registry (touched only by that worker: no lock), or, when
+ * spawned by a foreign thread, in a mutex-protected foreign shard.
+ * Completion does not touch the registry at all. The registry holds one
+ * reference to each task and drops it when a sweep finds the task COMPLETE;
+ * the owner sweeps when its array is full and before it parks. Besides
+ * keeping locks and shared cache lines off the completion path, this frees
+ * most tasks on the thread that allocated them, which malloc likes. */
+typedef struct rt__registry {
+    rt_task **tasks;       /* registered tasks, unordered */
+    uint32_t len;          /* entries in use */
+    uint32_t cap;          /* entries allocated */
+    uint32_t sweep_at;     /* sweep when len reaches this */
+    uint64_t spawned;      /* tasks ever registered (relaxed; read by metrics) */
+    uint64_t polls_at_sweep; /* the sweeper's poll count at the last sweep */
+} rt__registry;
+
+/* Registers `t` (taking over one of its references). Sweeps or grows when
+ * full. -ENOMEM when it cannot grow. Caller: the owner / the shard lock. */
+int rt__registry_insert(rt__registry *r, rt_task *t, rt__block_cache *cache);
+/* Drops the references of the COMPLETE tasks; blocks freed go to `cache`.
+ * Caller: owner / shard lock. */
+void rt__registry_sweep(rt__registry *r, rt__block_cache *cache);
+/* Shutdown: cancels every unfinished task (its drop runs), then releases all
+ * references and the array. Returns how many were cancelled. Only after every
+ * worker has exited. */
+unsigned rt__registry_cancel_all(rt__registry *r);
+
+typedef struct rt__foreign_shard {
     RT_ALIGNED_CACHELINE pthread_mutex_t lock;
-    rt_task **tasks;    /* live tasks, unordered */
-    uint32_t len;       /* entries in use */
-    uint32_t cap;       /* entries allocated */
-    bool closed;        /* set at shutdown: no more inserts */
-    uint64_t inserted;  /* tasks ever spawned into this shard */
-    uint64_t completed; /* removed after RT_READY */
-    uint64_t cancelled; /* removed after being dropped unfinished */
-} rt__registry_shard;
+    rt__registry registry;
+    rt__block_cache cache; /* blocks for foreign spawns */
+    bool closed; /* set at shutdown: no more inserts */
+} rt__foreign_shard;
+
+/* The foreign shard the calling (foreign) thread uses. */
+rt__foreign_shard *rt__foreign_shard_of_thread(rt_runtime *rt);
 
 /* ---- Workers -------------------------------------------------------------*/
 
@@ -142,6 +181,10 @@ typedef struct rt__worker {
     /* Polls so far: every injector_interval-th one looks at the injector
      * and at the own deque's top before the bottom. */
     uint64_t tick;
+    /* The own deque's top index and since when it has not moved (the
+     * starvation guard in scheduler.c). */
+    uint64_t watched_top;
+    int64_t watched_since;
     /* xorshift state for picking steal victims. */
     uint32_t rng;
     /* Counted in the idle coordinator's num_searching. */
@@ -150,13 +193,27 @@ typedef struct rt__worker {
     bool sleeping;
     /* The task being polled, or NULL. */
     rt_task *current;
+    /* The current task woke itself during this poll (see the task word). */
+    bool current_notified;
+    /* The current poll pushed surplus work: notify a sleeper after it. */
+    bool announce_after_poll;
     /* Tasks woken during their own poll (yields), in FIFO order, linked
      * through task->node: they run again only after the deque drains. */
     rt_task *deferred_head;
     rt_task *deferred_tail;
+    /* The tasks spawned on this worker (owner only). */
+    rt__registry registry;
+    /* Free small task blocks (owner only). */
+    rt__block_cache cache;
     /* Statistics, written only by this worker (relaxed), read by anyone. */
     rt_worker_metrics stats;
+    uint64_t completed; /* tasks that returned RT_READY here */
+    uint64_t cancelled; /* tasks dropped unfinished here */
 } rt__worker;
+
+/* How long the oldest task of a deque may wait while newer ones run from
+ * the bottom before the worker takes it out of turn: Go's time slice. */
+#define RT__STARVATION_NS 10000000
 
 /* The worker the calling thread is, or NULL. */
 rt__worker *rt__worker_current(void);
@@ -184,9 +241,11 @@ struct rt_runtime {
     /* Set once by shutdown; workers and spawns check it. */
     RT_ALIGNED_CACHELINE uint32_t closing;
 
-    /* Live-task registry: nworkers shards for workers, then foreign shards. */
-    unsigned nshards;
-    rt__registry_shard *shards;
+    /* Registries of tasks spawned by foreign threads. */
+    unsigned nforeign;
+    rt__foreign_shard *foreign;
+    /* Tasks cancelled by shutdown (written by the shutdown thread only). */
+    uint64_t shutdown_cancelled;
 
     /* Serializes rt_runtime_shutdown callers. */
     pthread_mutex_t lifecycle_lock;
@@ -206,11 +265,9 @@ void rt__defer(rt__worker *w, rt_task *t);
 /* The worker thread's main loop. */
 void *rt__worker_main(void *arg);
 
-/* Adds a spawned task to the registry. -ESHUTDOWN after shutdown began,
- * -ENOMEM when the shard cannot grow. */
-int rt__registry_insert(rt_runtime *rt, rt__worker *w, rt_task *t);
-/* Removes a finished task, counting it as completed or cancelled. */
-void rt__registry_remove(rt_runtime *rt, rt_task *t, bool cancelled);
+/* A worker about to park sweeps its own registry and one foreign shard when
+ * enough has run since the last sweep for that to be worth the scan. */
+void rt__registry_sweep_idle(rt__worker *w);
 
 /* The number of CPUs this process may run on (affinity and cgroup quota). */
 unsigned rt__available_cpus(void);

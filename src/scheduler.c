@@ -3,10 +3,9 @@
  * decides which sleeping worker to wake.
  *
  * Finding work, in order (the worker loop):
- *   1. every injector_interval-th poll: a batch from the injector, else the
- *      oldest task of the own deque (so neither the injector nor the top of
- *      the own deque starves behind tasks that keep re-waking each other at
- *      the bottom);
+ *   1. every injector_interval-th poll: a batch from the injector (so it
+ *      never starves behind local work), else the oldest task of the own
+ *      deque if it has waited longer than RT__STARVATION_NS;
  *   2. the own deque's bottom (LIFO: the task just spawned or woken);
  *   3. the deferred list (tasks that yielded) moved into the deque;
  *   4. a batch from the injector;
@@ -168,9 +167,22 @@ static bool still_sleeping(rt__worker *w)
     return sleeping;
 }
 
+/* Returns idle memory: the worker's block cache and one foreign shard's. */
+static void trim_caches(rt__worker *w)
+{
+    rt__block_cache_trim(&w->cache, RT__BLOCK_CACHE_KEEP);
+    rt__foreign_shard *sh = &w->rt->foreign[w->index % w->rt->nforeign];
+    if (pthread_mutex_trylock(&sh->lock) == 0) {
+        rt__block_cache_trim(&sh->cache, RT__BLOCK_CACHE_KEEP);
+        pthread_mutex_unlock(&sh->lock);
+    }
+}
+
 static void park_worker(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
+    assert(w->deferred_head == NULL);
+    rt__registry_sweep_idle(w);
     transition_to_parked(w);
     /* The RMW above was a full barrier: now re-check what producers may have
      * pushed before they could see us parked. */
@@ -181,9 +193,17 @@ static void park_worker(rt__worker *w)
     }
     rt__stat_add(&w->stats.parks, 1);
     for (;;) {
-        rt__parker_park(&w->parker, -1);
+        /* A worker holding many cached task blocks wakes once after a long
+         * idle moment to give them back to malloc; otherwise it sleeps until
+         * woken: an idle runtime uses no CPU. */
+        bool trim = w->cache.len > RT__BLOCK_CACHE_KEEP;
+        bool woken = rt__parker_park(&w->parker, trim ? RT__BLOCK_CACHE_IDLE_NS : -1);
         if (rt__load_acquire_u32(&rt->closing))
             return;
+        if (!woken) {
+            trim_caches(w);
+            continue;
+        }
         if (!still_sleeping(w)) {
             /* A notifier popped us and counted us as searching. */
             w->searching = true;
@@ -208,6 +228,8 @@ static void spill_half(rt__worker *w)
         nodes[i] = &((rt_task *)items[i])->node;
     rt__injector_push_batch(&w->rt->injector, nodes, n);
     rt__stat_add(&w->stats.spills, 1);
+    /* The injector's exchange was the full barrier before this check. */
+    notify_parked(w->rt);
 }
 
 /* Pushes onto the own deque; returns the number of tasks it held before. */
@@ -223,6 +245,15 @@ static size_t push_local(rt__worker *w, rt_task *t)
     return before;
 }
 
+/* Announces surplus work on the own deque to the sleepers. */
+static void announce_local_work(rt__worker *w)
+{
+    if (w->rt->nworkers == 1)
+        return; /* nobody else could take it */
+    rt__fence_store_load();
+    notify_parked(w->rt);
+}
+
 void rt__schedule(rt_task *t)
 {
     rt__worker *w = tls_worker;
@@ -230,10 +261,16 @@ void rt__schedule(rt_task *t)
     if (w != NULL && w->rt == rt) {
         /* The first task in an empty deque is the one this worker runs next:
          * waking a sleeper for it would only make the sleeper find nothing
-         * (the chained-spawn case). Surplus work is announced. */
+         * (the chained-spawn case). Surplus work is announced, but from
+         * inside a poll only once, when the poll returns: a task spawning a
+         * thousand children pays one StoreLoad fence, not a thousand. A full
+         * deque spills to the injector and notifies at once (spill_half), so
+         * a long poll still gets help with a large burst. */
         if (push_local(w, t) > 0) {
-            rt__fence_store_load();
-            notify_parked(rt);
+            if (w->current != NULL)
+                w->announce_after_poll = true;
+            else
+                announce_local_work(w);
         }
         return;
     }
@@ -251,22 +288,29 @@ void rt__defer(rt__worker *w, rt_task *t)
     w->deferred_tail = t;
 }
 
-/* Moves the deferred tasks into the deque, oldest first. */
+/* Moves deferred tasks into the deque, oldest first, up to half of the free
+ * room: the rest stay deferred for the next time the deque drains, instead of
+ * overflowing through the injector. Returns whether it moved any. */
 static bool flush_deferred(rt__worker *w)
 {
     rt_task *t = w->deferred_head;
     if (t == NULL)
         return false;
-    w->deferred_head = w->deferred_tail = NULL;
-    while (t != NULL) {
+    size_t room = (RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque)) / 2;
+    if (room == 0)
+        room = 1;
+    size_t moved = 0;
+    while (t != NULL && moved < room) {
         rt_task *next = (rt_task *)t->node.next;
         push_local(w, t);
+        moved++;
         t = next;
     }
-    if (rt__deque_len_any(&w->deque) > 1) {
-        rt__fence_store_load();
-        notify_parked(w->rt);
-    }
+    w->deferred_head = t;
+    if (t == NULL)
+        w->deferred_tail = NULL;
+    if (moved > 1 || t != NULL)
+        announce_local_work(w);
     return true;
 }
 
@@ -290,10 +334,8 @@ static rt_task *take_from_injector(rt__worker *w)
     rt__stat_add(&w->stats.injector_batches, 1);
     for (size_t i = 1; i < n; i++)
         push_local(w, task_of_node(nodes[i]));
-    if (n > 1) {
-        rt__fence_store_load();
-        notify_parked(w->rt);
-    }
+    if (n > 1)
+        announce_local_work(w);
     return task_of_node(nodes[0]);
 }
 
@@ -333,6 +375,28 @@ static rt_task *steal_from_others(rt__worker *w)
     return NULL;
 }
 
+/* The oldest task of the own deque, if it has waited longer than a time
+ * slice while newer tasks ran from the bottom; else NULL. Popping the bottom
+ * is what makes fork-join run depth-first in little memory, so the top is
+ * only taken when it is really starving: a task that keeps waking a partner
+ * (or respawning itself) would otherwise hold the worker forever. Checked
+ * every injector_interval polls with the coarse clock (a vDSO read). */
+static rt_task *take_starving_top(rt__worker *w)
+{
+    uint64_t top = rt__load_relaxed_u64(&w->deque.top);
+    int64_t now = rt__coarse_now_ns();
+    if (top != w->watched_top || rt__deque_len_any(&w->deque) == 0) {
+        w->watched_top = top;
+        w->watched_since = now;
+        return NULL;
+    }
+    if (now - w->watched_since < RT__STARVATION_NS)
+        return NULL;
+    w->watched_since = now;
+    void *item = rt__deque_steal_any(&w->deque);
+    return item != RT_DEQUE_LOST ? item : NULL;
+}
+
 static rt_task *find_local_work(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
@@ -341,15 +405,16 @@ static rt_task *find_local_work(rt__worker *w)
         t = take_from_injector(w);
         if (t != NULL)
             return t;
-        /* Take from the own top now and then (see the top of this file). */
-        void *item = rt__deque_steal_any(&w->deque);
-        if (item != NULL && item != RT_DEQUE_LOST)
-            return item;
+        t = take_starving_top(w);
+        if (t != NULL)
+            return t;
     }
     t = rt__deque_take_owner(&w->deque);
     if (t != NULL)
         return t;
-    if (flush_deferred(w)) {
+    /* Thieves may empty the deque between a flush and the take: keep going
+     * until the deferred list is empty, so a worker never parks on it. */
+    while (flush_deferred(w)) {
         t = rt__deque_take_owner(&w->deque);
         if (t != NULL)
             return t;
@@ -388,6 +453,10 @@ void *rt__worker_main(void *arg)
             transition_from_searching(w);
             rt__stat_add(&w->stats.polls, 1);
             rt__task_run(w, t);
+            if (w->announce_after_poll) {
+                w->announce_after_poll = false;
+                announce_local_work(w);
+            }
             continue;
         }
         park_worker(w);

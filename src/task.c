@@ -18,10 +18,29 @@ static inline void *task_future_state(rt_task *t)
     return t->future_state;
 }
 
-static void task_free(rt_task *t)
+void rt__task_recycle(rt__block_cache *cache, rt_task *t)
 {
     /* Never touches t->rt: the runtime may already be freed. */
-    free(t);
+    if (cache != NULL && t->small_block)
+        rt__block_cache_push(cache, t);
+    else
+        free(t);
+}
+
+static rt_task *task_alloc(rt__block_cache *cache, size_t size)
+{
+    rt_task *t;
+    if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
+        t = cache != NULL ? rt__block_cache_pop(cache) : NULL;
+        if (t == NULL && (t = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
+            return NULL;
+        t->small_block = 1;
+    } else {
+        if ((t = malloc(sizeof(rt_task) + size)) == NULL)
+            return NULL;
+        t->small_block = 0;
+    }
+    return t;
 }
 
 void rt__task_unref(rt_task *t, uint64_t n)
@@ -29,8 +48,11 @@ void rt__task_unref(rt_task *t, uint64_t n)
     /* The fetch-add is a full barrier: every access a reference holder made
      * happens before the free by whoever drops the last reference. */
     uint64_t prev = rt__faa_u64(&t->state, (uint64_t)0 - n * RT__TASK_REF_ONE);
-    if (refcount(prev) == n)
-        task_free(t);
+    if (refcount(prev) == n) {
+        /* Any worker's cache may take any block; elsewhere, back to malloc. */
+        rt__worker *w = rt__worker_current();
+        rt__task_recycle(w != NULL ? &w->cache : NULL, t);
+    }
 }
 
 /* ---- The task waker ----------------------------------------------------- */
@@ -50,9 +72,25 @@ static void task_waker_drop(const void *data)
 
 /* Wake by value: the waker's reference becomes the run queue's when the task
  * was idle, and is dropped otherwise. */
+/* True (and noted) when `t` is the task this thread is polling: its wake is
+ * then a yield, handled by the worker after the poll without atomics. */
+static inline bool self_wake(rt_task *t)
+{
+    rt__worker *w = rt__worker_current();
+    if (w != NULL && w->current == t) {
+        w->current_notified = true;
+        return true;
+    }
+    return false;
+}
+
 static void task_waker_wake(const void *data)
 {
     rt_task *t = (rt_task *)data;
+    if (self_wake(t)) {
+        rt__task_unref(t, 1); /* never the last: the worker holds one */
+        return;
+    }
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
         uint64_t next;
@@ -82,6 +120,8 @@ static void task_waker_wake(const void *data)
 static void task_waker_wake_by_ref(const void *data)
 {
     rt_task *t = (rt_task *)data;
+    if (self_wake(t))
+        return;
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
         if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED))
@@ -122,9 +162,32 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
     if (rt__load_acquire_u32(&rt->closing))
         return -ESHUTDOWN;
 
-    rt_task *t = malloc(sizeof(rt_task) + size);
+    rt__worker *w = rt__worker_current();
+    if (w != NULL && w->rt != rt)
+        w = NULL;
+    /* A worker allocates from and registers in its own structures without a
+     * lock; a foreign thread does both under its shard's lock, which also
+     * orders the registration against shutdown closing the shard. */
+    rt__foreign_shard *sh = NULL;
+    rt__block_cache *cache;
+    rt__registry *registry;
+    if (w != NULL) {
+        cache = &w->cache;
+        registry = &w->registry;
+    } else {
+        sh = rt__foreign_shard_of_thread(rt);
+        pthread_mutex_lock(&sh->lock);
+        if (sh->closed) {
+            pthread_mutex_unlock(&sh->lock);
+            return -ESHUTDOWN;
+        }
+        cache = &sh->cache;
+        registry = &sh->registry;
+    }
+    int err = -ENOMEM;
+    rt_task *t = task_alloc(cache, size);
     if (t == NULL)
-        return -ENOMEM;
+        goto out;
     /* References: the run queue's, the registry's, and the handle's. */
     uint64_t refs = handle != NULL ? 3 : 2;
     t->state = RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
@@ -135,15 +198,16 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
     t->join_waker = rt_waker_noop();
     if (size > 0)
         memcpy(t->future_state, state, size);
-
-    rt__worker *w = rt__worker_current();
-    if (w != NULL && w->rt != rt)
-        w = NULL;
-    int err = rt__registry_insert(rt, w, t);
+    err = rt__registry_insert(registry, t, cache);
     if (err < 0) {
-        task_free(t);
-        return err;
+        rt__task_recycle(cache, t);
+        t = NULL;
     }
+out:
+    if (sh != NULL)
+        pthread_mutex_unlock(&sh->lock);
+    if (t == NULL)
+        return err;
     if (handle != NULL)
         *handle = t;
     /* Publishing the task on a run queue is the last step: from here on a
@@ -154,38 +218,43 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
 
 /* ---- Completion ---------------------------------------------------------- */
 
-/* Marks the task COMPLETE (cancelled or not), wakes its joiner, and removes it
- * from the registry. The caller owns RUNNING. Returns nothing: the caller
- * drops its references afterwards. */
-static void task_complete(rt_task *t, bool cancelled)
+/* Marks the task COMPLETE (cancelled or not), wakes its joiner and drops
+ * `drop_refs` of the caller's references. The caller owns RUNNING. The
+ * registry notices the completion at its next sweep. */
+static void task_complete(rt_task *t, bool cancelled, uint64_t drop_refs)
 {
-    rt_runtime *rt = t->rt;
-    /* Leave the registry first: after COMPLETE is published a joiner may free
-     * the runtime, and this is the last use of it. */
-    rt__registry_remove(rt, t, cancelled);
-
     uint64_t s = rt__load_acquire_u64(&t->state);
+    bool joiner;
     for (;;) {
-        uint64_t next = (s & ~RT__TASK_RUNNING) | RT__TASK_COMPLETE;
+        uint64_t next = (s & ~(RT__TASK_RUNNING | RT__TASK_NOTIFIED)) | RT__TASK_COMPLETE;
         if (cancelled)
             next |= RT__TASK_CANCELLED;
         else
             next &= ~RT__TASK_CANCELLED; /* finished first: the result stands */
-        /* Release: output and the drop's effects are visible to the joiner. */
+        joiner = (s & RT__TASK_JOIN_INTEREST) && (s & RT__TASK_JOIN_WAKER);
+        /* Without a joiner to wake we do not touch the task again, so our
+         * references can go in this same CAS; they are never the last ones,
+         * as the registry holds one until it sees COMPLETE. */
+        if (!joiner)
+            next -= drop_refs * RT__TASK_REF_ONE;
+        /* Release: output and the drop's effects are visible to the joiner
+         * and to the registry's sweep. */
         if (rt__cas_u64(&t->state, &s, next))
             break;
     }
-    if ((s & RT__TASK_JOIN_INTEREST) && (s & RT__TASK_JOIN_WAKER)) {
-        /* JOIN_WAKER was set when we completed: the field is ours to use. */
-        rt_waker_wake_by_ref(&t->join_waker);
-        uint64_t cur = rt__load_acquire_u64(&t->state);
-        while (!rt__cas_u64(&t->state, &cur, cur & ~RT__TASK_JOIN_WAKER))
-            ;
-        if (!(cur & RT__TASK_JOIN_INTEREST)) {
-            /* The handle went away while we were waking: we drop the waker. */
-            rt_waker_drop(&t->join_waker);
-        }
+    if (!joiner)
+        return;
+    /* JOIN_WAKER was set when we completed: the field is ours to use. */
+    rt_waker_wake_by_ref(&t->join_waker);
+    uint64_t cur = rt__load_acquire_u64(&t->state);
+    while (!rt__cas_u64(&t->state, &cur, cur & ~RT__TASK_JOIN_WAKER))
+        ;
+    if (!(cur & RT__TASK_JOIN_INTEREST)) {
+        /* The handle went away while we were waking: we drop the waker. */
+        rt_waker_drop(&t->join_waker);
     }
+    if (drop_refs > 0)
+        rt__task_unref(t, drop_refs);
 }
 
 static void task_drop_future(rt_task *t)
@@ -195,48 +264,67 @@ static void task_drop_future(rt_task *t)
 }
 
 /* The worker owns RUNNING and saw CANCELLED: drop instead of polling. */
-static void task_cancel_running(rt_task *t)
+static void task_cancel_running(rt__worker *w, rt_task *t)
 {
     task_drop_future(t);
     t->u.output = NULL;
-    task_complete(t, true);
-    /* The run queue's reference and the registry's. */
-    rt__task_unref(t, 2);
+    rt__stat_add(&w->cancelled, 1);
+    task_complete(t, true, 1); /* and the run queue's reference */
 }
 
 void rt__task_run(rt__worker *w, rt_task *t)
 {
-    /* NOTIFIED is set and RUNNING clear for a queued task, so one fetch-add
-     * swaps them (RUNNING - NOTIFIED, as two's complement). */
-    uint64_t prev =
-        rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
-    /* Shutdown completes tasks only after every worker has exited. */
-    assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
-           RT__TASK_NOTIFIED);
-    if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
-        task_cancel_running(t);
-        return;
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    if (s & RT__TASK_RUNNING) {
+        /* Requeued by a yield: still ours. Only an abort can have come. */
+        if (s & RT__TASK_CANCELLED) {
+            task_cancel_running(w, t);
+            return;
+        }
+    } else {
+        /* Queued tasks have NOTIFIED set and RUNNING clear, so one fetch-add
+         * swaps them (RUNNING - NOTIFIED, as two's complement). Shutdown
+         * completes tasks only after every worker has exited. */
+        uint64_t prev = rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
+        assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
+               RT__TASK_NOTIFIED);
+        if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
+            task_cancel_running(w, t);
+            return;
+        }
     }
 
     rt_context cx = {{&rt__task_waker_vtable, t}};
     void *out = NULL;
     w->current = t;
+    w->current_notified = false;
     rt_poll r = t->u.poll(task_future_state(t), &cx, &out);
     w->current = NULL;
 
     if (r == RT_READY) {
         t->u.output = out;
         task_drop_future(t);
-        task_complete(t, false);
-        rt__task_unref(t, 2);
+        rt__stat_add(&w->completed, 1);
+        task_complete(t, false, 1); /* and the run queue's reference */
+        return;
+    }
+
+    if (w->current_notified) {
+        /* A yield: requeue behind the other runnable tasks, keeping RUNNING
+         * and the queue reference. An abort that came during the poll is
+         * honoured now rather than at the next pop. */
+        if (rt__load_acquire_u64(&t->state) & RT__TASK_CANCELLED)
+            task_cancel_running(w, t);
+        else
+            rt__defer(w, t);
         return;
     }
 
     /* Pending: back to idle, unless woken or aborted during the poll. */
-    uint64_t s = rt__load_acquire_u64(&t->state);
+    s = rt__load_acquire_u64(&t->state);
     for (;;) {
         if (s & RT__TASK_CANCELLED) {
-            task_cancel_running(t);
+            task_cancel_running(w, t);
             return;
         }
         uint64_t next = s & ~RT__TASK_RUNNING;
@@ -253,7 +341,7 @@ void rt__task_run(rt__worker *w, rt_task *t)
     }
 }
 
-bool rt__task_cancel_at_shutdown(rt_task *t)
+void rt__task_cancel_at_shutdown(rt_task *t)
 {
     /* No worker is alive, so nobody else can hold RUNNING: claim it. */
     uint64_t s = rt__load_acquire_u64(&t->state);
@@ -261,10 +349,8 @@ bool rt__task_cancel_at_shutdown(rt_task *t)
         ;
     task_drop_future(t);
     t->u.output = NULL;
-    task_complete(t, true);
-    /* The registry's reference only; a queue entry, if any, is drained later. */
-    rt__task_unref(t, 1);
-    return true;
+    task_complete(t, true, 0);
+    /* A queue entry, if any, is drained later; the registry drops its own. */
 }
 
 /* ---- Join handles -------------------------------------------------------- */
