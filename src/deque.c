@@ -59,7 +59,12 @@ bool rt__deque_push_owner(rt__deque *d, void *item)
 
 void *rt__deque_take_owner(rt__deque *d)
 {
-    uint64_t b = rt__load_relaxed_u64(&d->bottom) - 1;
+    /* Fast empty check without the fence: top only grows, so a stale top
+     * can only overstate the size. If even that says empty, it is. */
+    uint64_t b0 = rt__load_relaxed_u64(&d->bottom);
+    if ((int64_t)(b0 - rt__load_relaxed_u64(&d->top)) <= 0)
+        return NULL;
+    uint64_t b = b0 - 1;
     /* (T): the decrement must be visible before top is read. */
     rt__store_seq_cst_u64(&d->bottom, b);
     RT__DEBUG_YIELD();

@@ -168,6 +168,7 @@ static void drain_queues(rt_runtime *rt)
             t = next;
         }
         w->deferred_head = w->deferred_tail = NULL;
+        w->deferred_len = 0;
     }
     struct cds_wfcq_node *nodes[64];
     bool would_block;

@@ -201,6 +201,7 @@ typedef struct rt__worker {
      * through task->node: they run again only after the deque drains. */
     rt_task *deferred_head;
     rt_task *deferred_tail;
+    size_t deferred_len;
     /* The tasks spawned on this worker (owner only). */
     rt__registry registry;
     /* Free small task blocks (owner only). */

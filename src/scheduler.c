@@ -286,32 +286,7 @@ void rt__defer(rt__worker *w, rt_task *t)
     else
         w->deferred_head = t;
     w->deferred_tail = t;
-}
-
-/* Moves deferred tasks into the deque, oldest first, up to half of the free
- * room: the rest stay deferred for the next time the deque drains, instead of
- * overflowing through the injector. Returns whether it moved any. */
-static bool flush_deferred(rt__worker *w)
-{
-    rt_task *t = w->deferred_head;
-    if (t == NULL)
-        return false;
-    size_t room = (RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque)) / 2;
-    if (room == 0)
-        room = 1;
-    size_t moved = 0;
-    while (t != NULL && moved < room) {
-        rt_task *next = (rt_task *)t->node.next;
-        push_local(w, t);
-        moved++;
-        t = next;
-    }
-    w->deferred_head = t;
-    if (t == NULL)
-        w->deferred_tail = NULL;
-    if (moved > 1 || t != NULL)
-        announce_local_work(w);
-    return true;
+    w->deferred_len++;
 }
 
 /* ---- Finding work --------------------------------------------------------- */
@@ -397,6 +372,49 @@ static rt_task *take_starving_top(rt__worker *w)
     return item != RT_DEQUE_LOST ? item : NULL;
 }
 
+/* Moves the older half of the deferred list (at most half the deque's free
+ * room) onto the deque, where thieves can take it, and says so. */
+static void share_deferred(rt__worker *w)
+{
+    size_t n = w->deferred_len;
+    size_t room = (RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque)) / 2;
+    size_t share = n / 2 < room ? n / 2 : room;
+    if (share == 0)
+        return;
+    for (size_t i = 0; i < share; i++) {
+        rt_task *t = w->deferred_head;
+        w->deferred_head = (rt_task *)t->node.next;
+        push_local(w, t);
+    }
+    w->deferred_len -= share;
+    if (w->deferred_head == NULL)
+        w->deferred_tail = NULL;
+    announce_local_work(w);
+}
+
+/* Takes the oldest deferred (yielded) task. Deferred tasks run from this
+ * private FIFO without any atomic operation; they are shared through the
+ * deque only when another worker is idle or searching and could use them.
+ * That is a matter of speed, not of liveness: this worker runs them all
+ * anyway before it parks. */
+static rt_task *pop_deferred(rt__worker *w)
+{
+    rt_task *t = w->deferred_head;
+    if (t == NULL)
+        return NULL;
+    w->deferred_head = (rt_task *)t->node.next;
+    w->deferred_len--;
+    if (w->deferred_head == NULL) {
+        w->deferred_tail = NULL;
+        return t;
+    }
+    rt_runtime *rt = w->rt;
+    uint64_t idle = rt__load_relaxed_u64(&rt->idle_state);
+    if (rt->nworkers > 1 && (idle_unparked(idle) < rt->nworkers || idle_searching(idle) > 0))
+        share_deferred(w);
+    return t;
+}
+
 static rt_task *find_local_work(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
@@ -412,13 +430,9 @@ static rt_task *find_local_work(rt__worker *w)
     t = rt__deque_take_owner(&w->deque);
     if (t != NULL)
         return t;
-    /* Thieves may empty the deque between a flush and the take: keep going
-     * until the deferred list is empty, so a worker never parks on it. */
-    while (flush_deferred(w)) {
-        t = rt__deque_take_owner(&w->deque);
-        if (t != NULL)
-            return t;
-    }
+    t = pop_deferred(w);
+    if (t != NULL)
+        return t;
     return take_from_injector(w);
 }
 
@@ -451,7 +465,6 @@ void *rt__worker_main(void *arg)
             /* A worker woken as a searcher stops counting as one as soon as
              * it has work, wherever it found it. */
             transition_from_searching(w);
-            rt__stat_add(&w->stats.polls, 1);
             rt__task_run(w, t);
             if (w->announce_after_poll) {
                 w->announce_after_poll = false;

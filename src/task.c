@@ -296,6 +296,8 @@ void rt__task_run(rt__worker *w, rt_task *t)
 
     rt_context cx = {{&rt__task_waker_vtable, t}};
     void *out = NULL;
+    /* Counted here, not when popped: a cancelled task is dropped unpolled. */
+    rt__stat_add(&w->stats.polls, 1);
     w->current = t;
     w->current_notified = false;
     rt_poll r = t->u.poll(task_future_state(t), &cx, &out);

@@ -86,7 +86,8 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
  * Errors: -EINVAL (rt or poll NULL, state NULL with size > 0), -ENOMEM,
  * -ESHUTDOWN (runtime shut down), -ECANCELED (the runtime was shut down while
  * the future ran: its drop has run), -EDEADLK (called from a worker thread of
- * any asyncrt runtime: blocking a worker could deadlock it).
+ * any asyncrt runtime: blocking a worker could deadlock it). On every error
+ * but -ECANCELED the future never ran and its drop was not called.
  * Any thread that is not a worker. */
 int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                 void **value);

@@ -41,28 +41,35 @@ typedef struct rt_task rt_task;
  * injector.
  * Errors: -EINVAL (poll NULL, state NULL with size > 0, rt NULL outside a
  * task, size absurdly large), -ENOMEM, -ESHUTDOWN (the runtime is shutting
- * down or shut down; nothing was allocated and drop was not called).
+ * down or shut down). On any error nothing stays allocated, drop is not
+ * called and the state remains the caller's to release.
  * Any thread; concurrently with anything but rt_runtime_free on the same rt. */
 int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
              rt_task **handle);
 
-/* Awaits a task from inside another task's poll function.
- * Returns RT_PENDING (the context's waker is stored and woken when the task
- * finishes) or RT_READY, in which case the handle is released (do not use it
- * again), *value holds the result (NULL when cancelled) and *status holds 0,
- * or -ECANCELED when the task was aborted or the runtime shut down before it
- * finished. value and status may be NULL.
+/* Awaits a task: a poll-style function, usually called from another task's
+ * poll function with that poll's context.
+ * Returns RT_PENDING (a clone of the context's waker is stored and woken when
+ * the task finishes; a later call with another waker replaces it) or
+ * RT_READY, in which case the handle is released (do not use it again),
+ * *value holds the result (NULL when cancelled) and *status holds 0, or
+ * -ECANCELED when the task was aborted or the runtime shut down before it
+ * finished. value and status may be NULL. When it returns RT_READY the task's
+ * drop function has already run.
  * Abort safety: if the joining task is itself aborted while waiting, its drop
  * function must call rt_task_detach (or rt_task_abort then rt_task_detach) on
  * the handle; the joined task keeps running and nothing else is lost.
- * Called from one task at a time per handle, on any worker. */
+ * Any thread, with any waker (user wakers too), one caller at a time per
+ * handle. */
 rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status);
 
 /* Blocks the calling thread until the task finishes or `timeout_ns`
  * nanoseconds pass (timeout_ns < 0: no limit).
- * Returns 0 (*value holds the result) or -ECANCELED; both release the handle.
+ * Returns 0 (*value holds the result) or -ECANCELED; both release the handle,
+ * and the task's drop function has run by then.
  * -ETIMEDOUT: the time passed; the handle stays valid and owned by the caller.
- * -EDEADLK: called from a worker thread; the handle stays valid.
+ * -EDEADLK: called from a worker thread of any asyncrt runtime (even for a
+ * finished task); the handle stays valid.
  * -EINVAL: task NULL. -ENOMEM: no memory for the wait; the handle stays valid.
  * value may be NULL. Any thread that is not an asyncrt worker. */
 int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value);
@@ -74,15 +81,17 @@ void rt_task_detach(rt_task *task);
 
 /* Requests cancellation. A task that has not finished is not polled again:
  * its drop function runs at its next scheduling point (never in the middle of
- * a poll; a task in the middle of a poll is dropped right after it) and its
- * joiner gets -ECANCELED. A task that finishes during the poll in progress
+ * a poll; a task in the middle of a poll is dropped right after it; an idle
+ * task is scheduled by the abort itself, so it is dropped promptly even if
+ * nothing would ever wake it) and its joiner gets -ECANCELED. A task that finishes during the poll in progress
  * keeps its result. Aborting a finished task does nothing. The handle stays
  * valid and must still be joined, waited on or detached.
  * Any thread, any number of times. */
 void rt_task_abort(rt_task *task);
 
 /* True once the task has finished (completed, aborted or cancelled at
- * shutdown); a subsequent join returns RT_READY without waiting. Any thread. */
+ * shutdown): its drop function has run and a subsequent join returns
+ * RT_READY without waiting. Any thread. */
 bool rt_task_is_finished(const rt_task *task);
 
 /* Gives the other runnable tasks of this worker a turn: wakes the current task

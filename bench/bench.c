@@ -1,0 +1,999 @@
+/* asyncrt-bench: the workloads of bench-workloads.md, run on asyncrt.
+ *
+ * One runtime is created once (rt_runtime_new) with W workers and every
+ * workload runs on it: 1 warm-up repetition, then R measured ones. Each
+ * workload prints exactly one line on stdout:
+ *
+ *   bench <workload> runtime=asyncrt workers=<W> ops=<N> median_ns_per_op=<x>
+ *         min_ns_per_op=<x> max_ns_per_op=<x> [extra=value ...]
+ *
+ * Everything else (progress, errors) goes to stderr.
+ *
+ * How a repetition is timed, as the peers (Tokio, Go) do it: the work is
+ * started and awaited by a task on the runtime (an "orchestrator" task run
+ * with rt_block_on), which reads the monotonic clock just before its first
+ * spawn and again once the completion signal has woken it; spawn_remote is
+ * the exception: its spawner is the main thread itself, which waits on a
+ * futex. The completion signal is a countdown latch: every finishing task
+ * decrements it and the one reaching zero wakes the waiter through its waker.
+ *
+ * Correctness is checked after each repetition (counts, fib's value) and once
+ * more after shutdown, when the runtime's metrics are exact: every task this
+ * program spawned must have completed, none cancelled. Any failure prints a
+ * message and exits 1; a repetition that does not finish within --rep-timeout
+ * seconds (a lost wake-up, say) is reported the same way instead of hanging. */
+#define _GNU_SOURCE
+
+#include <asyncrt.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROG "asyncrt-bench"
+
+/* ------------------------------------------------------------------------ */
+/* Parameters and small helpers                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Workload sizes; the defaults are the spec's reference values. */
+struct params {
+    uint64_t spawn_n;     /* spawn_local / spawn_remote: N tasks */
+    uint64_t yield_tasks; /* yield_many: T tasks */
+    uint64_t yields;      /* yield_many: Y yields per task */
+    uint64_t chain;       /* chained_spawn: D tasks in the chain */
+    uint64_t fib_n;       /* fork_join: fib(n) */
+};
+
+/* What one repetition measured and how many tasks it spawned (counted here so
+ * that the runtime's exact totals can be checked after shutdown). */
+struct rep_result {
+    uint64_t elapsed_ns;
+    uint64_t tasks_spawned;
+};
+
+/* Room for the extra fields of the workloads still to come (timers:
+ * total_ms and lateness percentiles; tcp_echo: round-trip percentiles). */
+#define MAX_EXTRAS 4
+
+struct extra_field {
+    const char *name;
+    double value;
+};
+
+/* The reported figures of one workload. */
+struct summary {
+    const char *workload;
+    unsigned workers;
+    uint64_t ops;
+    double median_ns_per_op;
+    double min_ns_per_op;
+    double max_ns_per_op;
+    struct extra_field extras[MAX_EXTRAS];
+    unsigned n_extras;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Reports a broken repetition or a library failure seen on the main thread. */
+static _Noreturn void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* Failures seen inside tasks: a task cannot exit the process halfway through
+ * the runtime's work, so it reports, counts the failure, and still signals
+ * completion so that the main thread sees the failure instead of hanging. */
+static atomic_uint g_task_failures;
+
+static void task_failed(const char *what, int err)
+{
+    fprintf(stderr, PROG ": error in a task: %s: %s\n", what, rt_strerror(err));
+    atomic_fetch_add(&g_task_failures, 1);
+}
+
+/* fib(n) computed plainly, to check fork_join and to count its tasks. */
+static uint64_t fib_plain(uint64_t n)
+{
+    uint64_t a = 0, b = 1;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t c = a + b;
+        a = b;
+        b = c;
+    }
+    return a;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completion signals                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* A countdown awaited by one task (the orchestrator of a repetition).
+ *
+ * The waiter clones its waker into the latch *before* it spawns the first
+ * counted task, so the waker is always there when the count reaches zero: no
+ * register-then-recheck dance is needed, and no wake-up can be lost. The task
+ * that reaches zero copies the waker out, then sets `done`, then wakes the
+ * copy: after the store it no longer touches the latch, so the latch may live
+ * inside the waiter's own state, which is freed once the waiter sees `done`. */
+struct task_latch {
+    atomic_uint_fast64_t remaining;
+    atomic_bool done;
+    rt_waker waiter; /* owned clone; consumed by the wake at zero */
+};
+
+/* Called by the waiting task, from its poll, before any count_down can run. */
+static void task_latch_init(struct task_latch *l, uint64_t count, rt_context *cx)
+{
+    atomic_init(&l->remaining, count);
+    atomic_init(&l->done, false);
+    l->waiter = rt_waker_clone(rt_context_waker(cx));
+}
+
+/* Takes `k` off the count; whoever reaches zero wakes the waiter. */
+static void task_latch_count_down(struct task_latch *l, uint64_t k)
+{
+    if (atomic_fetch_sub_explicit(&l->remaining, k, memory_order_acq_rel) == k) {
+        rt_waker w = l->waiter; /* read before `done`: the latch may vanish after */
+        atomic_store_explicit(&l->done, true, memory_order_release);
+        rt_waker_wake(&w);
+    }
+}
+
+/* Poll-style wait for RT_AWAIT. The waker it relies on was registered by
+ * task_latch_init, once for all polls (this waiter is woken by nothing else). */
+static rt_poll task_latch_poll(struct task_latch *l)
+{
+    return atomic_load_explicit(&l->done, memory_order_acquire) ? RT_READY : RT_PENDING;
+}
+
+static void futex_wait(atomic_uint *word, unsigned expected)
+{
+    /* EINTR and EAGAIN (the word already changed) just send the caller back to
+     * its check; no timeout: the watchdog reports a signal that never comes. */
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *word)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* A countdown awaited by a plain OS thread (the main thread in spawn_remote),
+ * which sleeps on a futex. The signaller's futex wake comes after the store
+ * that releases the waiter, so the latch must outlive the repetition: it is a
+ * static object, reinitialised before each one (a late wake on it from the
+ * previous repetition is harmless: the waiter re-checks `done`). */
+struct thread_latch {
+    atomic_uint_fast64_t remaining;
+    atomic_uint done; /* futex word: 0 until the count reaches zero */
+};
+
+static void thread_latch_init(struct thread_latch *l, uint64_t count)
+{
+    atomic_store(&l->remaining, count);
+    atomic_store(&l->done, 0);
+}
+
+static void thread_latch_count_down(struct thread_latch *l, uint64_t k)
+{
+    if (atomic_fetch_sub_explicit(&l->remaining, k, memory_order_acq_rel) == k) {
+        atomic_store_explicit(&l->done, 1, memory_order_release);
+        futex_wake_all(&l->done);
+    }
+}
+
+static void thread_latch_wait(struct thread_latch *l)
+{
+    while (atomic_load_explicit(&l->done, memory_order_acquire) == 0)
+        futex_wait(&l->done, 0);
+}
+
+/* Runs an orchestrator task to completion from the main thread. */
+static void block_on(rt_runtime *rt, const char *workload, rt_poll_fn poll, rt_drop_fn drop,
+                     const void *state, size_t size)
+{
+    int err = rt_block_on(rt, poll, drop, state, size, NULL);
+    if (err < 0)
+        fail("%s: rt_block_on: %s", workload, rt_strerror(err));
+}
+
+/* ------------------------------------------------------------------------ */
+/* spawn_local: a task on the runtime spawns N tasks; each decrements a      */
+/* shared counter; the one reaching zero signals. Time: first spawn to the  */
+/* signal.                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One counted task: decrements the latch and finishes. */
+struct counter_task {
+    struct task_latch *latch;
+};
+
+static rt_poll counter_task_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct counter_task *t = state;
+    task_latch_count_down(t->latch, 1);
+    *out = NULL;
+    return RT_READY;
+}
+
+/* The orchestrator. Writes into the main thread's result, which outlives it
+ * (rt_block_on does not return before the task has finished). */
+struct spawn_local_root {
+    rt_coro co;
+    uint64_t n;
+    uint64_t t0;
+    struct rep_result *result;
+    struct task_latch latch;
+};
+
+static rt_poll spawn_local_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct spawn_local_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    task_latch_init(&r->latch, r->n, cx);
+    r->t0 = now_ns();
+    {
+        /* The loop works on locals: r->n shares a cache line with the counter
+         * the children decrement, and re-reading it after every spawn (an
+         * opaque call) would add false sharing to the spawner's cost. */
+        const uint64_t n = r->n;
+        uint64_t spawned = 0;
+        struct counter_task child = {&r->latch};
+        for (; spawned < n; spawned++) {
+            int err = RT_SPAWN(NULL, counter_task_poll, NULL, &child, NULL);
+            if (err < 0) {
+                task_failed("spawn_local: rt_spawn", err);
+                task_latch_count_down(&r->latch, n - spawned); /* the ones never spawned */
+                break;
+            }
+        }
+        r->result->tasks_spawned += spawned;
+    }
+    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    RT_CORO_END(&r->co, out);
+}
+
+static struct rep_result run_spawn_local(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {0, 1}; /* the orchestrator is a task too */
+    struct spawn_local_root root = {.n = p->spawn_n, .result = &res};
+    block_on(rt, "spawn_local", spawn_local_root_poll, NULL, &root, sizeof root);
+    if (res.tasks_spawned != p->spawn_n + 1)
+        fail("spawn_local: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+             p->spawn_n);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* spawn_remote: the same N tasks, spawned by the main thread, which is not  */
+/* a worker (so every spawn goes through the injector).                     */
+/* ------------------------------------------------------------------------ */
+
+static struct thread_latch g_remote_latch;
+
+struct remote_counter_task {
+    struct thread_latch *latch;
+};
+
+static rt_poll remote_counter_task_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct remote_counter_task *t = state;
+    thread_latch_count_down(t->latch, 1);
+    *out = NULL;
+    return RT_READY;
+}
+
+static struct rep_result run_spawn_remote(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {0, 0};
+    struct remote_counter_task task = {&g_remote_latch};
+    thread_latch_init(&g_remote_latch, p->spawn_n);
+
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < p->spawn_n; i++) {
+        int err = RT_SPAWN(rt, remote_counter_task_poll, NULL, &task, NULL);
+        if (err < 0) {
+            /* Wait for the tasks already spawned before failing, so none of
+             * them runs on after main has moved on. */
+            thread_latch_count_down(&g_remote_latch, p->spawn_n - i);
+            thread_latch_wait(&g_remote_latch);
+            fail("spawn_remote: rt_spawn (task %" PRIu64 "): %s", i, rt_strerror(err));
+        }
+    }
+    thread_latch_wait(&g_remote_latch);
+    res.elapsed_ns = now_ns() - t0;
+    res.tasks_spawned = p->spawn_n;
+
+    uint64_t left = atomic_load(&g_remote_latch.remaining);
+    if (left != 0)
+        fail("spawn_remote: signalled with %" PRIu64 " tasks unfinished", left);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* yield_many: T tasks each yield Y times (wake themselves by reference and  */
+/* return pending) before finishing. Time: until all T have finished.       */
+/* ------------------------------------------------------------------------ */
+
+struct yielder {
+    uint64_t yields;      /* how many to do */
+    uint64_t yields_done; /* how many done so far */
+    atomic_uint_fast64_t *total_yields;
+    struct task_latch *latch;
+};
+
+static rt_poll yielder_poll(void *state, rt_context *cx, void **out)
+{
+    struct yielder *y = state;
+    if (y->yields_done < y->yields) {
+        y->yields_done++;
+        return rt_yield(cx); /* wake_by_ref on our own waker, then pending */
+    }
+    /* Added before the count-down, whose release publishes it to the waiter. */
+    atomic_fetch_add_explicit(y->total_yields, y->yields_done, memory_order_relaxed);
+    task_latch_count_down(y->latch, 1);
+    *out = NULL;
+    return RT_READY;
+}
+
+struct yield_many_root {
+    rt_coro co;
+    uint64_t tasks;
+    uint64_t yields;
+    uint64_t t0;
+    struct rep_result *result;
+    uint64_t *yields_seen; /* the main thread's */
+    atomic_uint_fast64_t total_yields;
+    struct task_latch latch;
+};
+
+static rt_poll yield_many_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct yield_many_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    atomic_init(&r->total_yields, 0);
+    task_latch_init(&r->latch, r->tasks, cx);
+    r->t0 = now_ns();
+    {
+        const uint64_t tasks = r->tasks; /* locals: see spawn_local_root_poll */
+        uint64_t spawned = 0;
+        struct yielder child = {r->yields, 0, &r->total_yields, &r->latch};
+        for (; spawned < tasks; spawned++) {
+            int err = RT_SPAWN(NULL, yielder_poll, NULL, &child, NULL);
+            if (err < 0) {
+                task_failed("yield_many: rt_spawn", err);
+                task_latch_count_down(&r->latch, tasks - spawned);
+                break;
+            }
+        }
+        r->result->tasks_spawned += spawned;
+    }
+    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    *r->yields_seen = atomic_load_explicit(&r->total_yields, memory_order_relaxed);
+    RT_CORO_END(&r->co, out);
+}
+
+static struct rep_result run_yield_many(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {0, 1};
+    uint64_t yields_seen = 0;
+    /* The task gets a copy of this state: the yielders point into that copy. */
+    struct yield_many_root root = {
+        .tasks = p->yield_tasks, .yields = p->yields, .result = &res, .yields_seen = &yields_seen};
+    block_on(rt, "yield_many", yield_many_root_poll, NULL, &root, sizeof root);
+    if (res.tasks_spawned != p->yield_tasks + 1)
+        fail("yield_many: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+             p->yield_tasks);
+    if (yields_seen != p->yield_tasks * p->yields)
+        fail("yield_many: %" PRIu64 " yields done, expected %" PRIu64, yields_seen,
+             p->yield_tasks * p->yields);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* chained_spawn: a chain of D tasks, each spawning the next (detached) and  */
+/* completing; the last one signals.                                        */
+/* ------------------------------------------------------------------------ */
+
+struct chain_link {
+    uint64_t links_after; /* tasks still to come after this one */
+    struct task_latch *latch;
+};
+
+static rt_poll chain_link_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct chain_link *link = state;
+    if (link->links_after == 0) {
+        task_latch_count_down(link->latch, 1);
+    } else {
+        struct chain_link next = {link->links_after - 1, link->latch};
+        int err = RT_SPAWN(NULL, chain_link_poll, NULL, &next, NULL);
+        if (err < 0) {
+            task_failed("chained_spawn: rt_spawn", err);
+            task_latch_count_down(link->latch, 1); /* the chain ends here */
+        }
+    }
+    *out = NULL;
+    return RT_READY;
+}
+
+struct chained_spawn_root {
+    rt_coro co;
+    uint64_t depth;
+    uint64_t t0;
+    struct rep_result *result;
+    struct task_latch latch;
+};
+
+static rt_poll chained_spawn_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct chained_spawn_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    task_latch_init(&r->latch, 1, cx);
+    r->t0 = now_ns();
+    {
+        struct chain_link first = {r->depth - 1, &r->latch}; /* D tasks in all */
+        int err = RT_SPAWN(NULL, chain_link_poll, NULL, &first, NULL);
+        if (err < 0) {
+            task_failed("chained_spawn: rt_spawn", err);
+            task_latch_count_down(&r->latch, 1);
+        }
+    }
+    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    RT_CORO_END(&r->co, out);
+}
+
+static struct rep_result run_chained_spawn(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {0, 1 + p->chain};
+    struct chained_spawn_root root = {.depth = p->chain, .result = &res};
+    block_on(rt, "chained_spawn", chained_spawn_root_poll, NULL, &root, sizeof root);
+    /* A failed spawn was reported by its task and is caught by the caller
+     * (g_task_failures); the full count is checked after shutdown. */
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork_join: fib(n), where fib(n >= 2) spawns fib(n-1) and fib(n-2) as two  */
+/* tasks and awaits both join handles; fib(n < 2) = n.                      */
+/* ------------------------------------------------------------------------ */
+
+/* A task's result is a void *: fib values travel as integers in it. */
+#define FIB_VALUE(p) ((uint64_t)(uintptr_t)(p))
+#define FIB_RESULT(v) ((void *)(uintptr_t)(v))
+
+struct fib_task {
+    rt_coro co;
+    uint64_t n;
+    rt_task *left, *right; /* join handles while held; NULL once joined */
+    void *left_value, *right_value;
+    int left_status, right_status;
+};
+
+static rt_poll fib_task_poll(void *state, rt_context *cx, void **out);
+
+/* Runs only if the task is dropped while it still holds a handle (the runtime
+ * shut down under it): the children then run on, detached. */
+static void fib_task_drop(void *state)
+{
+    struct fib_task *f = state;
+    rt_task_detach(f->left);
+    rt_task_detach(f->right);
+}
+
+static int spawn_fib(uint64_t n, rt_task **handle)
+{
+    struct fib_task child = {.n = n};
+    return RT_SPAWN(NULL, fib_task_poll, fib_task_drop, &child, handle);
+}
+
+static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
+{
+    struct fib_task *f = state;
+    RT_CORO_BEGIN(&f->co);
+    if (f->n < 2)
+        RT_RETURN(&f->co, out, FIB_RESULT(f->n));
+
+    {
+        int err = spawn_fib(f->n - 1, &f->left);
+        if (err == 0)
+            err = spawn_fib(f->n - 2, &f->right);
+        if (err < 0) {
+            task_failed("fork_join: rt_spawn", err);
+            rt_task_detach(f->left); /* NULL-safe; a wrong sum reports it too */
+            f->left = NULL;
+            RT_RETURN(&f->co, out, FIB_RESULT(0));
+        }
+    }
+    RT_AWAIT(&f->co, rt_task_join(f->left, cx, &f->left_value, &f->left_status));
+    f->left = NULL; /* the join released it */
+    RT_AWAIT(&f->co, rt_task_join(f->right, cx, &f->right_value, &f->right_status));
+    f->right = NULL;
+    if (f->left_status != 0 || f->right_status != 0)
+        task_failed("fork_join: rt_task_join", f->left_status ? f->left_status : f->right_status);
+    RT_RETURN(&f->co, out, FIB_RESULT(FIB_VALUE(f->left_value) + FIB_VALUE(f->right_value)));
+    RT_CORO_END(&f->co, out);
+}
+
+/* Spawns the root call fib(n) as a task (it counts among the 2*fib(n+1)-1
+ * tasks) and awaits it, like the peers do. */
+struct fork_join_root {
+    rt_coro co;
+    uint64_t n;
+    uint64_t t0;
+    rt_task *fib_root;
+    void *value;
+    int status;
+    uint64_t *fib_value; /* the main thread's */
+    struct rep_result *result;
+};
+
+static void fork_join_root_drop(void *state)
+{
+    struct fork_join_root *r = state;
+    rt_task_detach(r->fib_root); /* NULL once joined */
+}
+
+static rt_poll fork_join_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct fork_join_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    r->t0 = now_ns();
+    {
+        int err = spawn_fib(r->n, &r->fib_root);
+        if (err < 0) {
+            task_failed("fork_join: rt_spawn", err);
+            RT_RETURN(&r->co, out, NULL);
+        }
+    }
+    RT_AWAIT(&r->co, rt_task_join(r->fib_root, cx, &r->value, &r->status));
+    r->fib_root = NULL;
+    r->result->elapsed_ns = now_ns() - r->t0;
+    if (r->status != 0)
+        task_failed("fork_join: rt_task_join", r->status);
+    *r->fib_value = FIB_VALUE(r->value);
+    RT_CORO_END(&r->co, out);
+}
+
+static uint64_t fork_join_tasks(uint64_t n)
+{
+    return 2 * fib_plain(n + 1) - 1;
+}
+
+static struct rep_result run_fork_join(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {0, 1 + fork_join_tasks(p->fib_n)};
+    uint64_t value = UINT64_MAX;
+    struct fork_join_root root = {.n = p->fib_n, .fib_value = &value, .result = &res};
+    block_on(rt, "fork_join", fork_join_root_poll, fork_join_root_drop, &root, sizeof root);
+    uint64_t want = fib_plain(p->fib_n);
+    if (value != want)
+        fail("fork_join: fib(%" PRIu64 ") computed as %" PRIu64 ", expected %" PRIu64, p->fib_n,
+             value, want);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The workload table                                                        */
+/* ------------------------------------------------------------------------ */
+
+struct workload {
+    const char *name;
+    /* One repetition; exits the process on any failure. NULL: not written yet. */
+    struct rep_result (*run)(rt_runtime *rt, const struct params *p);
+    uint64_t (*ops)(const struct params *p);
+};
+
+static uint64_t ops_spawn(const struct params *p)
+{
+    return p->spawn_n;
+}
+static uint64_t ops_yield_many(const struct params *p)
+{
+    return p->yield_tasks * p->yields;
+}
+static uint64_t ops_chained_spawn(const struct params *p)
+{
+    return p->chain;
+}
+static uint64_t ops_fork_join(const struct params *p)
+{
+    return fork_join_tasks(p->fib_n);
+}
+
+/* In the spec's order, which is also the order they run in.
+ * TODO: ping_pong (P pairs, two single-slot channels per pair), timers (adds
+ * the extra fields total_ms, late_p50_us, late_p99_us, late_max_us through
+ * summary.extras) and tcp_echo (an echo server plus the external echo client;
+ * extras rtt_p50_us, rtt_p99_us) plug in here: give them `run` and `ops`. */
+static const struct workload WORKLOADS[] = {
+    {"spawn_local", run_spawn_local, ops_spawn},
+    {"spawn_remote", run_spawn_remote, ops_spawn},
+    {"yield_many", run_yield_many, ops_yield_many},
+    {"ping_pong", NULL, NULL},
+    {"chained_spawn", run_chained_spawn, ops_chained_spawn},
+    {"fork_join", run_fork_join, ops_fork_join},
+    {"timers", NULL, NULL},
+    {"tcp_echo", NULL, NULL},
+};
+#define N_WORKLOADS (sizeof WORKLOADS / sizeof WORKLOADS[0])
+
+/* ------------------------------------------------------------------------ */
+/* Measuring                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Watchdog: a repetition that never signals (a lost wake-up, a lost task)
+ * ends the run with a message naming it, rather than hanging until CI kills
+ * the job. The message is prepared before each repetition because the signal
+ * handler may only call async-signal-safe functions. */
+static char g_watchdog_msg[160];
+
+static void watchdog_fired(int sig)
+{
+    (void)sig;
+    ssize_t ignored = write(STDERR_FILENO, g_watchdog_msg, strlen(g_watchdog_msg));
+    (void)ignored;
+    _exit(1);
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Tasks spawned by all repetitions so far, for the check after shutdown. */
+static uint64_t g_tasks_spawned;
+
+static struct summary measure(rt_runtime *rt, const struct workload *w, const struct params *p,
+                              unsigned reps, unsigned rep_timeout_s, bool verbose)
+{
+    uint64_t ops = w->ops(p);
+    double *ns_per_op = calloc(reps, sizeof *ns_per_op);
+    if (!ns_per_op)
+        fail("out of memory");
+
+    for (unsigned rep = 0; rep <= reps; rep++) { /* rep 0 is the warm-up */
+        snprintf(g_watchdog_msg, sizeof g_watchdog_msg,
+                 PROG ": error: %s repetition %u did not finish within %u s (hang?)\n", w->name,
+                 rep, rep_timeout_s);
+        alarm(rep_timeout_s);
+        struct rep_result r = w->run(rt, p);
+        alarm(0);
+
+        if (atomic_load(&g_task_failures) != 0)
+            fail("%s repetition %u: a task failed (see above)", w->name, rep);
+        g_tasks_spawned += r.tasks_spawned;
+        double per_op = (double)r.elapsed_ns / (double)ops;
+        if (verbose)
+            fprintf(stderr, "# %s %s %u: %.3f ms, %.1f ns/op\n", w->name,
+                    rep == 0 ? "warm-up" : "rep", rep, (double)r.elapsed_ns / 1e6, per_op);
+        if (rep > 0)
+            ns_per_op[rep - 1] = per_op;
+    }
+
+    qsort(ns_per_op, reps, sizeof *ns_per_op, compare_doubles);
+    struct summary s = {
+        .workload = w->name,
+        .workers = rt_runtime_workers(rt),
+        .ops = ops,
+        .median_ns_per_op =
+            reps % 2 ? ns_per_op[reps / 2] : (ns_per_op[reps / 2 - 1] + ns_per_op[reps / 2]) / 2,
+        .min_ns_per_op = ns_per_op[0],
+        .max_ns_per_op = ns_per_op[reps - 1],
+    };
+    free(ns_per_op);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void print_line(const struct summary *s)
+{
+    printf("bench %s runtime=asyncrt workers=%u ops=%" PRIu64
+           " median_ns_per_op=%.1f min_ns_per_op=%.1f max_ns_per_op=%.1f",
+           s->workload, s->workers, s->ops, s->median_ns_per_op, s->min_ns_per_op,
+           s->max_ns_per_op);
+    for (unsigned i = 0; i < s->n_extras; i++)
+        printf(" %s=%.1f", s->extras[i].name, s->extras[i].value);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void write_json(const char *path, const struct summary *s, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fail("cannot write %s: %s", path, strerror(errno));
+    fputs("[\n", f);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f,
+                "  {\"workload\": \"%s\", \"runtime\": \"asyncrt\", \"workers\": %u, "
+                "\"ops\": %" PRIu64 ", \"median_ns_per_op\": %.1f, \"min_ns_per_op\": %.1f, "
+                "\"max_ns_per_op\": %.1f",
+                s[i].workload, s[i].workers, s[i].ops, s[i].median_ns_per_op, s[i].min_ns_per_op,
+                s[i].max_ns_per_op);
+        for (unsigned k = 0; k < s[i].n_extras; k++)
+            fprintf(f, ", \"%s\": %.1f", s[i].extras[k].name, s[i].extras[k].value);
+        fputs(i + 1 < n ? "},\n" : "}\n", f);
+    }
+    fputs("]\n", f);
+    if (ferror(f) | (fclose(f) != 0))
+        fail("cannot write %s", path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command line                                                             */
+/* ------------------------------------------------------------------------ */
+
+static const char USAGE[] =
+    "usage: " PROG " [options]\n"
+    "  --only NAME[,NAME...]  run only these workloads (default: all)\n"
+    "  --workers W            worker threads (default: online CPUs)\n"
+    "  --reps R               measured repetitions, after 1 warm-up (default 5)\n"
+    "  --json FILE            also write the figures to FILE as a JSON array\n"
+    "  --spawn-n N            spawn_local/spawn_remote: tasks (default 100000)\n"
+    "  --yield-tasks T        yield_many: tasks (default 1000)\n"
+    "  --yields Y             yield_many: yields per task (default 1000)\n"
+    "  --chain D              chained_spawn: chain length (default 100000)\n"
+    "  --fib N                fork_join: fib(N) (default 27)\n"
+    "  --rep-timeout S        fail a repetition that takes over S seconds\n"
+    "                         (default 60; 0: no limit)\n"
+    "  --verbose              per-repetition times and runtime metrics on stderr\n"
+    "  --help                 this text\n"
+    "workloads: spawn_local spawn_remote yield_many chained_spawn fork_join\n"
+    "           (not written yet: ping_pong timers tcp_echo)\n";
+
+static _Noreturn void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n%s", USAGE);
+    va_end(ap);
+    exit(2);
+}
+
+static uint64_t parse_count(const char *flag, const char *text, uint64_t min, uint64_t max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || *end || text[0] == '-' || v < min || v > max)
+        usage_error("%s needs an integer from %" PRIu64 " to %" PRIu64 ", not '%s'", flag, min, max,
+                    text);
+    return v;
+}
+
+struct options {
+    unsigned workers;
+    unsigned reps;
+    unsigned rep_timeout_s;
+    bool verbose;
+    const char *json;
+    bool selected[N_WORKLOADS];
+    struct params params;
+};
+
+/* Marks the workloads named in a comma-separated list. */
+static void select_workloads(struct options *o, const char *list)
+{
+    char *copy = strdup(list);
+    if (!copy)
+        fail("out of memory");
+    char *save = NULL;
+    for (char *name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < N_WORKLOADS && strcmp(WORKLOADS[i].name, name) != 0)
+            i++;
+        if (i == N_WORKLOADS)
+            usage_error("unknown workload '%s'", name);
+        if (!WORKLOADS[i].run)
+            usage_error("workload '%s' is not written yet", name);
+        o->selected[i] = true;
+    }
+    free(copy);
+}
+
+static void parse_args(int argc, char **argv, struct options *o)
+{
+    enum {
+        OPT_ONLY = 256,
+        OPT_WORKERS,
+        OPT_REPS,
+        OPT_JSON,
+        OPT_SPAWN_N,
+        OPT_YIELD_TASKS,
+        OPT_YIELDS,
+        OPT_CHAIN,
+        OPT_FIB,
+        OPT_REP_TIMEOUT,
+        OPT_VERBOSE,
+        OPT_HELP
+    };
+    static const struct option longopts[] = {
+        {"only", required_argument, NULL, OPT_ONLY},
+        {"workers", required_argument, NULL, OPT_WORKERS},
+        {"reps", required_argument, NULL, OPT_REPS},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"spawn-n", required_argument, NULL, OPT_SPAWN_N},
+        {"yield-tasks", required_argument, NULL, OPT_YIELD_TASKS},
+        {"yields", required_argument, NULL, OPT_YIELDS},
+        {"chain", required_argument, NULL, OPT_CHAIN},
+        {"fib", required_argument, NULL, OPT_FIB},
+        {"rep-timeout", required_argument, NULL, OPT_REP_TIMEOUT},
+        {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (struct options){
+        .workers = cpus > 0 ? (unsigned)cpus : 1,
+        .reps = 5,
+        .rep_timeout_s = 60,
+        .params =
+            {.spawn_n = 100000, .yield_tasks = 1000, .yields = 1000, .chain = 100000, .fib_n = 27},
+    };
+    bool any_only = false;
+
+    opterr = 0; /* our own message, then the usage */
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ONLY:
+            select_workloads(o, optarg);
+            any_only = true;
+            break;
+        case OPT_WORKERS:
+            o->workers = parse_count("--workers", optarg, 1, RT_MAX_WORKERS);
+            break;
+        case OPT_REPS:
+            o->reps = parse_count("--reps", optarg, 1, 1000000);
+            break;
+        case OPT_JSON:
+            o->json = optarg;
+            break;
+        case OPT_SPAWN_N:
+            o->params.spawn_n = parse_count("--spawn-n", optarg, 1, 1u << 30);
+            break;
+        case OPT_YIELD_TASKS:
+            o->params.yield_tasks = parse_count("--yield-tasks", optarg, 1, 1u << 30);
+            break;
+        case OPT_YIELDS:
+            o->params.yields = parse_count("--yields", optarg, 1, 1u << 30);
+            break;
+        case OPT_CHAIN:
+            o->params.chain = parse_count("--chain", optarg, 1, 1u << 30);
+            break;
+        /* fib(40) already means 331 million tasks a repetition. */
+        case OPT_FIB:
+            o->params.fib_n = parse_count("--fib", optarg, 0, 40);
+            break;
+        case OPT_REP_TIMEOUT:
+            o->rep_timeout_s = parse_count("--rep-timeout", optarg, 0, 1000000);
+            break;
+        case OPT_VERBOSE:
+            o->verbose = true;
+            break;
+        case OPT_HELP:
+            fputs(USAGE, stdout);
+            exit(0);
+        default:
+            if (optopt)
+                usage_error("option '%s' needs a value", argv[optind - 1]);
+            usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        usage_error("unexpected argument '%s'", argv[optind]);
+    if (o->params.yield_tasks * o->params.yields > (uint64_t)1 << 40)
+        usage_error("--yield-tasks times --yields is too large");
+    bool any_selected = false;
+    for (size_t i = 0; i < N_WORKLOADS; i++) {
+        if (!any_only)
+            o->selected[i] = WORKLOADS[i].run != NULL;
+        any_selected |= o->selected[i];
+    }
+    if (!any_selected)
+        usage_error("--only names no workload");
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* After shutdown the metrics are exact: every task this program spawned must
+ * have run to completion exactly once, and none may have been cancelled. */
+static void check_final_metrics(rt_runtime *rt, int cancelled_at_shutdown)
+{
+    if (cancelled_at_shutdown < 0)
+        fail("rt_runtime_shutdown: %s", rt_strerror(cancelled_at_shutdown));
+    if (cancelled_at_shutdown > 0)
+        fail("%d tasks were still unfinished at shutdown", cancelled_at_shutdown);
+    rt_metrics m;
+    int err = rt_metrics_read(rt, &m, sizeof m);
+    if (err < 0)
+        fail("rt_metrics_read: %s", rt_strerror(err));
+    if (m.spawned != g_tasks_spawned || m.completed != g_tasks_spawned || m.cancelled != 0 ||
+        m.alive != 0)
+        fail("runtime metrics after shutdown: spawned=%" PRIu64 " completed=%" PRIu64
+             " cancelled=%" PRIu64 " alive=%" PRIu64 ", but this program spawned %" PRIu64
+             " tasks, all of which finished",
+             m.spawned, m.completed, m.cancelled, m.alive, g_tasks_spawned);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    parse_args(argc, argv, &o);
+
+    struct sigaction sa = {.sa_handler = watchdog_fired};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = o.workers;
+    rt_runtime *rt;
+    int err = rt_runtime_new(&cfg, &rt);
+    if (err < 0)
+        fail("rt_runtime_new (%u workers): %s", o.workers, rt_strerror(err));
+
+    struct summary summaries[N_WORKLOADS];
+    size_t n_summaries = 0;
+    for (size_t i = 0; i < N_WORKLOADS; i++) {
+        if (!o.selected[i])
+            continue;
+        summaries[n_summaries] =
+            measure(rt, &WORKLOADS[i], &o.params, o.reps, o.rep_timeout_s, o.verbose);
+        print_line(&summaries[n_summaries]);
+        n_summaries++;
+    }
+
+    int cancelled = rt_runtime_shutdown(rt);
+    if (o.verbose)
+        rt_metrics_print(rt, stderr);
+    check_final_metrics(rt, cancelled);
+    err = rt_runtime_free(rt);
+    if (err < 0)
+        fail("rt_runtime_free: %s", rt_strerror(err));
+
+    if (o.json)
+        write_json(o.json, summaries, n_summaries);
+    return 0;
+}

@@ -1,0 +1,651 @@
+/* Black-box tests of asyncrt/runtime.h and asyncrt/error.h: configuration,
+ * creating and freeing runtimes, rt_current, rt_block_on, shutdown, the error
+ * strings, and the promise that idle workers sleep without using CPU. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+
+#include <asyncrt.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_HAVE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_HAVE_LSAN 1
+#endif
+#endif
+#ifdef TEST_HAVE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+/* Seconds any wait for an event may take before the test reports a hang. */
+#define EVENT_DEADLINE_S 30
+#define WAIT_DEADLINE_NS (30LL * 1000000000LL)
+
+/* Runs after every test. LeakSanitizer's own check at exit does not change a
+ * Criterion verdict, and an assertion in a .fini hook is ignored, so a leak
+ * aborts the test process instead: Criterion then reports the test as crashed
+ * in its teardown, right after LeakSanitizer's report. */
+static void fail_on_leaks(void)
+{
+#ifdef TEST_HAVE_LSAN
+    if (__lsan_do_recoverable_leak_check() != 0) {
+        fputs("LeakSanitizer: this test leaked memory (report above)\n", stderr);
+        abort();
+    }
+#endif
+}
+
+TestSuite(runtime, .timeout = 120, .fini = fail_on_leaks);
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* A counter that one thread bumps and another waits on, so that tests wait on
+ * events instead of sleeping. */
+struct event {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned long count;
+};
+
+/* clang-format off */
+#define EVENT_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+/* clang-format on */
+
+static void event_signal(struct event *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->count++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static bool event_wait_for(struct event *e, unsigned long target)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += EVENT_DEADLINE_S;
+    pthread_mutex_lock(&e->mu);
+    while (e->count < target) {
+        if (pthread_cond_timedwait(&e->cv, &e->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    bool reached = e->count >= target;
+    pthread_mutex_unlock(&e->mu);
+    return reached;
+}
+
+static rt_runtime *new_runtime(unsigned workers)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = workers;
+    rt_runtime *rt = NULL;
+    int rc = rt_runtime_new(&cfg, &rt);
+    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
+    cr_assert_not_null(rt);
+    return rt;
+}
+
+/* Every test that makes a runtime ends here: shuts it down, checks how many
+ * tasks shutdown cancelled (negative: unchecked) and that none is alive, and
+ * frees it. */
+static void finish_runtime(rt_runtime *rt, int expected_cancelled)
+{
+    int cancelled = rt_runtime_shutdown(rt);
+    cr_assert_geq(cancelled, 0, "rt_runtime_shutdown failed: %s", rt_strerror(cancelled));
+    if (expected_cancelled >= 0)
+        cr_assert_eq(cancelled, expected_cancelled, "shutdown cancelled %d tasks, expected %d",
+                     cancelled, expected_cancelled);
+    rt_metrics m;
+    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+    cr_assert_eq(m.alive, 0, "%llu tasks still alive after shutdown", (unsigned long long)m.alive);
+    cr_assert_eq(rt_runtime_free(rt), 0);
+}
+
+/* The number of threads of this process, from /proc/self/task. */
+static int thread_count(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    cr_assert_not_null(dir);
+    int n = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL)
+        if (entry->d_name[0] != '.')
+            n++;
+    closedir(dir);
+    return n;
+}
+
+static atomic_int polls;
+static atomic_int drops;
+static struct event polled = EVENT_INIT;
+
+static void counting_drop(void *state)
+{
+    (void)state;
+    atomic_fetch_add(&drops, 1);
+}
+
+static rt_poll trivial_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)cx;
+    *out = NULL;
+    return RT_READY;
+}
+
+/* Finishes with the pointer-sized value stored in its state. */
+static rt_poll value_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    atomic_fetch_add(&polls, 1);
+    *out = *(void **)state;
+    return RT_READY;
+}
+
+/* Never finishes and stores no waker: only an abort or shutdown ends it. */
+static rt_poll never_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)cx;
+    (void)out;
+    atomic_fetch_add(&polls, 1);
+    event_signal(&polled);
+    return RT_PENDING;
+}
+
+/* Finishes with the runtime it runs on. */
+static rt_poll current_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)cx;
+    *out = rt_current();
+    return RT_READY;
+}
+
+/* True when every worker's metrics say it is asleep right now: it went to
+ * sleep once more than it was woken. */
+static bool all_workers_parked(rt_runtime *rt)
+{
+    unsigned n = rt_runtime_workers(rt);
+    for (unsigned i = 0; i < n; i++) {
+        rt_worker_metrics wm;
+        cr_assert_eq(rt_worker_metrics_read(rt, i, &wm, sizeof wm), 0);
+        if (wm.parks != wm.unparks + 1)
+            return false;
+    }
+    return true;
+}
+
+/* The one sanctioned polling loop: waits, with short sleeps and a generous
+ * bound, until every worker is parked. */
+static bool wait_all_workers_parked(rt_runtime *rt)
+{
+    const struct timespec step = {0, 1000000}; /* 1 ms */
+    for (int i = 0; i < 10000; i++) {
+        if (all_workers_parked(rt))
+            return true;
+        nanosleep(&step, NULL);
+    }
+    return false;
+}
+
+static uint64_t total_unparks(rt_runtime *rt)
+{
+    uint64_t sum = 0;
+    unsigned n = rt_runtime_workers(rt);
+    for (unsigned i = 0; i < n; i++) {
+        rt_worker_metrics wm;
+        cr_assert_eq(rt_worker_metrics_read(rt, i, &wm, sizeof wm), 0);
+        sum += wm.unparks;
+    }
+    return sum;
+}
+
+/* ---- configuration and creation ----------------------------------------- */
+
+Test(runtime, config_init_fills_every_field_with_the_documented_defaults)
+{
+    rt_config cfg;
+    memset(&cfg, 0xAB, sizeof cfg);
+    rt_config_init(&cfg);
+    cr_assert_eq(cfg.workers, 0u);
+    cr_assert_eq(cfg.injector_interval, 61u);
+    cr_assert_eq(cfg.spin_rounds, 2u);
+}
+
+Test(runtime, runtime_new_with_a_null_out_pointer_is_einval_and_starts_nothing)
+{
+    int threads = thread_count();
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 2;
+    cr_assert_eq(rt_runtime_new(&cfg, NULL), -EINVAL);
+    cr_assert_eq(rt_runtime_new(NULL, NULL), -EINVAL);
+    cr_assert_eq(thread_count(), threads, "a failed rt_runtime_new left threads running");
+}
+
+Test(runtime, runtime_new_with_more_than_rt_max_workers_is_einval_and_starts_nothing)
+{
+    int threads = thread_count();
+    rt_config cfg;
+    rt_config_init(&cfg);
+    rt_runtime *rt = NULL;
+    cfg.workers = RT_MAX_WORKERS + 1;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cfg.workers = UINT_MAX;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cr_assert_eq(thread_count(), threads, "a failed rt_runtime_new left threads running");
+}
+
+Test(runtime, runtime_new_with_injector_interval_zero_is_einval_and_starts_nothing)
+{
+    int threads = thread_count();
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.injector_interval = 0;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cr_assert_eq(thread_count(), threads, "a failed rt_runtime_new left threads running");
+}
+
+/* CPUs this process may run on, which bounds workers = 0 from above. */
+static unsigned usable_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    return (unsigned)CPU_COUNT(&set);
+}
+
+Test(runtime, zero_workers_means_at_least_one_and_no_more_than_the_usable_cpus)
+{
+    rt_runtime *rt = new_runtime(0);
+    unsigned n = rt_runtime_workers(rt);
+    cr_assert_geq(n, 1u);
+    cr_assert_leq(n, usable_cpus(), "%u workers for %u usable CPUs", n, usable_cpus());
+    finish_runtime(rt, 0);
+
+    /* A NULL configuration means the defaults, so the same rule holds. */
+    rt = NULL;
+    cr_assert_eq(rt_runtime_new(NULL, &rt), 0);
+    cr_assert_eq(rt_runtime_workers(rt), n);
+    finish_runtime(rt, 0);
+}
+
+Test(runtime, explicit_worker_counts_are_honoured_even_above_the_cpu_count)
+{
+    const unsigned counts[] = {1, 3, 16};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        rt_runtime *rt = new_runtime(counts[i]);
+        cr_assert_eq(rt_runtime_workers(rt), counts[i]);
+        void *payload = (void *)(uintptr_t)(i + 1);
+        void *value = NULL;
+        cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+        cr_assert_eq(value, payload);
+        finish_runtime(rt, 0);
+    }
+}
+
+Test(runtime, unusual_but_valid_configurations_run_tasks)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.injector_interval = 1;
+    cfg.spin_rounds = 0;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    for (int i = 0; i < 100; i++) {
+        void *payload = (void *)(uintptr_t)(i + 1);
+        void *value = NULL;
+        cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+        cr_assert_eq(value, payload);
+    }
+    finish_runtime(rt, 0);
+}
+
+Test(runtime, runtime_free_leaves_no_worker_thread_behind)
+{
+    int before = thread_count();
+    rt_runtime *rt = new_runtime(4);
+    cr_assert_geq(thread_count(), before + 4, "the four workers are not running");
+    cr_assert_eq(rt_block_on(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
+    finish_runtime(rt, 0);
+    cr_assert_eq(thread_count(), before, "threads outlived rt_runtime_free");
+}
+
+Test(runtime, runtime_free_without_shutdown_cancels_the_unfinished_tasks)
+{
+    rt_runtime *rt = new_runtime(2);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, NULL), 0);
+    cr_assert(event_wait_for(&polled, 5));
+    cr_assert_eq(rt_runtime_free(rt), 0);
+    cr_assert_eq(atomic_load(&drops), 5, "free must cancel (drop) every unfinished task");
+}
+
+Test(runtime, runtime_free_of_null_is_a_no_op)
+{
+    cr_assert_eq(rt_runtime_free(NULL), 0);
+}
+
+/* ---- rt_current and rt_block_on ------------------------------------------ */
+
+Test(runtime, current_is_null_outside_a_task_and_the_own_runtime_inside_one)
+{
+    cr_assert_null(rt_current());
+    rt_runtime *a = new_runtime(2);
+    rt_runtime *b = new_runtime(1);
+    cr_assert_null(rt_current(), "the creating thread is not a worker");
+    void *seen = NULL;
+    cr_assert_eq(rt_block_on(a, current_poll, NULL, NULL, 0, &seen), 0);
+    cr_assert_eq(seen, (void *)a);
+    cr_assert_eq(rt_block_on(b, current_poll, NULL, NULL, 0, &seen), 0);
+    cr_assert_eq(seen, (void *)b);
+    cr_assert_null(rt_current());
+    finish_runtime(a, 0);
+    finish_runtime(b, 0);
+}
+
+Test(runtime, block_on_returns_the_result_and_accepts_a_null_value_pointer)
+{
+    rt_runtime *rt = new_runtime(2);
+    void *payload = (void *)(uintptr_t)0xB10C;
+    void *value = NULL;
+    cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, &value), 0);
+    cr_assert_eq(value, payload);
+    cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, NULL), 0);
+    finish_runtime(rt, 0);
+    cr_assert_eq(atomic_load(&polls), 2);
+    cr_assert_eq(atomic_load(&drops), 2);
+}
+
+Test(runtime, block_on_rejects_invalid_arguments)
+{
+    rt_runtime *rt = new_runtime(1);
+    int word = 0;
+    cr_assert_eq(rt_block_on(NULL, trivial_poll, NULL, NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(rt_block_on(rt, NULL, NULL, &word, sizeof word, NULL), -EINVAL);
+    cr_assert_eq(rt_block_on(rt, trivial_poll, counting_drop, NULL, 4, NULL), -EINVAL);
+    cr_assert_eq(atomic_load(&drops), 0);
+    finish_runtime(rt, 0);
+}
+
+#define BLOCKING_THREADS 4
+#define BLOCK_ONS_PER_THREAD 200
+
+struct blocking_thread {
+    rt_runtime *rt;
+    int index;
+    int failures;
+};
+
+static void *blocking_thread_main(void *arg)
+{
+    struct blocking_thread *t = arg;
+    for (int i = 0; i < BLOCK_ONS_PER_THREAD; i++) {
+        void *payload = (void *)(uintptr_t)(t->index * 100000 + i + 1);
+        void *value = NULL;
+        int rc = rt_block_on(t->rt, value_poll, counting_drop, &payload, sizeof payload, &value);
+        if (rc != 0 || value != payload)
+            t->failures++;
+    }
+    return NULL;
+}
+
+Test(runtime, block_on_from_several_threads_at_once_gets_each_its_own_result)
+{
+    rt_runtime *rt = new_runtime(2);
+    pthread_t threads[BLOCKING_THREADS];
+    struct blocking_thread args[BLOCKING_THREADS];
+    for (int i = 0; i < BLOCKING_THREADS; i++) {
+        args[i] = (struct blocking_thread){rt, i, 0};
+        cr_assert_eq(pthread_create(&threads[i], NULL, blocking_thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < BLOCKING_THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        cr_assert_eq(args[i].failures, 0, "thread %d got %d wrong results", i, args[i].failures);
+    }
+    finish_runtime(rt, 0);
+    cr_assert_eq(atomic_load(&drops), BLOCKING_THREADS * BLOCK_ONS_PER_THREAD);
+}
+
+struct blocked_caller {
+    rt_runtime *rt;
+    int rc;
+    void *value;
+};
+
+static void *blocked_caller_main(void *arg)
+{
+    struct blocked_caller *c = arg;
+    c->rc = rt_block_on(c->rt, never_poll, counting_drop, NULL, 0, &c->value);
+    return NULL;
+}
+
+Test(runtime, block_on_returns_ecanceled_when_the_runtime_shuts_down_under_it)
+{
+    rt_runtime *rt = new_runtime(2);
+    struct blocked_caller caller = {rt, 12345, (void *)(uintptr_t)1};
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, blocked_caller_main, &caller), 0);
+    cr_assert(event_wait_for(&polled, 1));
+
+    cr_assert_eq(rt_runtime_shutdown(rt), 1, "the blocked-on future is the one unfinished task");
+    pthread_join(thread, NULL);
+    cr_assert_eq(caller.rc, -ECANCELED);
+    cr_assert_eq(atomic_load(&drops), 1, "its drop must have run when rt_block_on returns");
+    finish_runtime(rt, 0);
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+struct calls_from_worker {
+    rt_runtime *target;
+    int shutdown_rc;
+    int free_rc;
+};
+
+/* Tries to shut down and free a runtime from inside a task. */
+static rt_poll shuts_down_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct calls_from_worker *c = *(struct calls_from_worker **)state;
+    c->shutdown_rc = rt_runtime_shutdown(c->target);
+    *out = NULL;
+    return RT_READY;
+}
+
+static rt_poll frees_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct calls_from_worker *c = *(struct calls_from_worker **)state;
+    c->free_rc = rt_runtime_free(c->target);
+    *out = NULL;
+    return RT_READY;
+}
+
+Test(runtime, shutdown_or_free_from_inside_one_of_its_tasks_is_edeadlk)
+{
+    rt_runtime *rt = new_runtime(2);
+    struct calls_from_worker calls = {rt, 12345, 12345};
+    struct calls_from_worker *cp = &calls;
+    cr_assert_eq(rt_block_on(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(calls.shutdown_rc, -EDEADLK, "%s", rt_strerror(calls.shutdown_rc));
+    cr_assert_eq(rt_block_on(rt, frees_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(calls.free_rc, -EDEADLK, "%s", rt_strerror(calls.free_rc));
+
+    /* Neither call did anything: the runtime still runs tasks. */
+    void *payload = (void *)(uintptr_t)9;
+    void *value = NULL;
+    cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+    cr_assert_eq(value, payload);
+    finish_runtime(rt, 0);
+}
+
+Test(runtime, shutdown_of_another_runtime_from_a_task_is_allowed)
+{
+    rt_runtime *rt = new_runtime(1);
+    rt_runtime *other = new_runtime(1);
+    cr_assert_eq(rt_spawn(other, never_poll, counting_drop, NULL, 0, NULL), 0);
+    cr_assert(event_wait_for(&polled, 1));
+    struct calls_from_worker calls = {other, 12345, 12345};
+    struct calls_from_worker *cp = &calls;
+    cr_assert_eq(rt_block_on(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(calls.shutdown_rc, 1, "shutting down another runtime: %d", calls.shutdown_rc);
+    cr_assert_eq(atomic_load(&drops), 1);
+    finish_runtime(other, 0);
+    finish_runtime(rt, 0);
+}
+
+/* A gate-like slot: the task leaves a clone of its waker here, so it is idle
+ * with a waker stored, unlike never_poll tasks. */
+static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
+static rt_waker parked_wakers[8];
+static int parked_count;
+
+static rt_poll stores_waker_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)out;
+    pthread_mutex_lock(&parked_mu);
+    parked_wakers[parked_count++] = rt_waker_clone(rt_context_waker(cx));
+    pthread_mutex_unlock(&parked_mu);
+    event_signal(&polled);
+    return RT_PENDING;
+}
+
+Test(runtime, shutdown_returns_the_number_of_unfinished_tasks_and_drops_each_once)
+{
+    rt_runtime *rt = new_runtime(3);
+    rt_task *handles[6];
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, i < 3 ? &handles[i] : NULL),
+                     0);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(
+            rt_spawn(rt, stores_waker_poll, counting_drop, NULL, 0, i < 3 ? &handles[3 + i] : NULL),
+            0);
+    for (int i = 0; i < 10; i++) {
+        void *payload = (void *)(uintptr_t)(i + 1);
+        cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, NULL), 0);
+    }
+    cr_assert(event_wait_for(&polled, 10));
+
+    cr_assert_eq(rt_runtime_shutdown(rt), 10, "6 + 4 tasks never finish");
+    cr_assert_eq(atomic_load(&drops), 20, "10 completed and 10 cancelled drops");
+    cr_assert_eq(rt_runtime_shutdown(rt), 0, "a second shutdown has nothing left to cancel");
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(rt_task_wait(handles[i], -1, NULL), -ECANCELED);
+
+    /* Waking the cancelled tasks through the wakers they stored is inert. */
+    for (int i = 0; i < parked_count; i++)
+        rt_waker_wake(&parked_wakers[i]);
+    finish_runtime(rt, 0);
+    cr_assert_eq(atomic_load(&drops), 20);
+}
+
+Test(runtime, shutdown_of_a_null_runtime_is_einval)
+{
+    cr_assert_eq(rt_runtime_shutdown(NULL), -EINVAL);
+}
+
+/* ---- error strings ----------------------------------------------------- */
+
+Test(runtime, strerror_names_success_and_every_asyncrt_error)
+{
+    const char *success = rt_strerror(0);
+    cr_assert_not_null(success);
+    cr_assert_not_null(strcasestr(success, "success"), "rt_strerror(0) is \"%s\"", success);
+
+    const int errors[] = {EINVAL, ENOMEM, EAGAIN, ESHUTDOWN, ECANCELED, ETIMEDOUT, EDEADLK};
+    const size_t n = sizeof errors / sizeof errors[0];
+    for (size_t i = 0; i < n; i++) {
+        const char *negative = rt_strerror(-errors[i]);
+        const char *positive = rt_strerror(errors[i]);
+        cr_assert_not_null(negative);
+        cr_assert_not_null(positive);
+        cr_assert_gt(strlen(negative), 0);
+        cr_assert_str_eq(negative, positive, "the sign of errno %d changed its description",
+                         errors[i]);
+        cr_assert_str_neq(negative, success);
+        for (size_t j = 0; j < i; j++)
+            cr_assert_str_neq(negative, rt_strerror(-errors[j]),
+                              "errno %d and %d share a description", errors[i], errors[j]);
+    }
+}
+
+Test(runtime, strerror_of_unknown_numbers_is_a_non_empty_string)
+{
+    const int unknown[] = {-987654, 987654, INT_MAX, INT_MIN, INT_MIN + 1};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *s = rt_strerror(unknown[i]);
+        cr_assert_not_null(s, "rt_strerror(%d)", unknown[i]);
+        cr_assert_gt(strlen(s), 0, "rt_strerror(%d) is empty", unknown[i]);
+    }
+}
+
+/* ---- parking ----------------------------------------------------------- */
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+Test(runtime, idle_workers_use_almost_no_cpu)
+{
+    rt_runtime *rt = new_runtime(4);
+    /* Give them something to do first, so they park from a working state. */
+    for (int i = 0; i < 50; i++)
+        cr_assert_eq(rt_block_on(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
+    cr_assert(wait_all_workers_parked(rt), "the workers never all parked");
+
+    int64_t cpu_before = process_cpu_ns();
+    const struct timespec window = {0, 200000000}; /* 200 ms of idleness */
+    nanosleep(&window, NULL);
+    int64_t cpu_used = process_cpu_ns() - cpu_before;
+    cr_assert_lt(cpu_used, 10000000LL, "an idle runtime burnt %lld us of CPU in 200 ms",
+                 (long long)(cpu_used / 1000));
+    cr_assert(all_workers_parked(rt), "a worker woke up with nothing to do");
+    finish_runtime(rt, 0);
+}
+
+Test(runtime, one_new_task_wakes_at_most_two_parked_workers)
+{
+    rt_runtime *rt = new_runtime(8);
+    for (int round = 0; round < 5; round++) {
+        cr_assert(wait_all_workers_parked(rt), "round %d: the workers never all parked", round);
+        uint64_t unparks_before = total_unparks(rt);
+
+        rt_task *task = NULL;
+        cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &task), 0);
+        cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+
+        /* Let every woken worker record its wake-up and go back to sleep. */
+        cr_assert(wait_all_workers_parked(rt), "round %d: the workers never parked again", round);
+        uint64_t woken = total_unparks(rt) - unparks_before;
+        cr_assert_geq(woken, 1, "round %d: a task ran with every worker asleep", round);
+        cr_assert_leq(woken, 2, "round %d: one task woke %llu of 8 parked workers", round,
+                      (unsigned long long)woken);
+    }
+    finish_runtime(rt, 0);
+}
