@@ -32,7 +32,7 @@ static void destroy_shards(rt_runtime *rt, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         pthread_mutex_destroy(&rt->foreign[i].lock);
         free(rt->foreign[i].registry.tasks);
-        rt__block_cache_trim(&rt->foreign[i].cache, 0);
+        rt__block_cache_clear(&rt->foreign[i].cache);
     }
     free(rt->foreign);
 }
@@ -43,8 +43,9 @@ static void destroy(rt_runtime *rt)
     destroy_shards(rt, rt->nforeign);
     for (unsigned i = 0; i < rt->nworkers; i++) {
         free(rt->workers[i].registry.tasks);
-        rt__block_cache_trim(&rt->workers[i].cache, 0);
+        rt__block_cache_clear(&rt->workers[i].cache);
     }
+    rt__depot_destroy(&rt->depot);
     pthread_mutex_destroy(&rt->sleepers_lock);
     pthread_mutex_destroy(&rt->lifecycle_lock);
     rt__injector_destroy(&rt->injector);
@@ -73,6 +74,7 @@ static int init_shards(rt_runtime *rt)
         return -ENOMEM;
     memset(rt->foreign, 0, rt->nforeign * sizeof(rt__foreign_shard));
     for (unsigned i = 0; i < rt->nforeign; i++) {
+        rt__block_cache_init(&rt->foreign[i].cache, &rt->depot);
         int err = pthread_mutex_init(&rt->foreign[i].lock, NULL);
         if (err != 0) {
             destroy_shards(rt, i);
@@ -116,13 +118,16 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_injector;
     if ((err = -pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
         goto fail_sleepers;
-    if ((err = init_shards(rt)) < 0)
+    if ((err = rt__depot_init(&rt->depot)) < 0)
         goto fail_lifecycle;
+    if ((err = init_shards(rt)) < 0)
+        goto fail_depot;
 
     for (unsigned i = 0; i < rt->nworkers; i++) {
         rt__worker *w = &rt->workers[i];
         rt__deque_init(&w->deque);
         rt__parker_init(&w->parker);
+        rt__block_cache_init(&w->cache, &rt->depot);
         w->rt = rt;
         w->index = i;
         w->rng = 0x9e3779b9u * (i + 1);
@@ -139,6 +144,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     *out = rt;
     return 0;
 
+fail_depot:
+    rt__depot_destroy(&rt->depot);
 fail_lifecycle:
     pthread_mutex_destroy(&rt->lifecycle_lock);
 fail_sleepers:
@@ -159,6 +166,10 @@ static void drain_queues(rt_runtime *rt)
     for (unsigned i = 0; i < rt->nworkers; i++) {
         rt__worker *w = &rt->workers[i];
         rt_task *t;
+        if (w->lifo != NULL) {
+            rt__task_unref(w->lifo, 1);
+            w->lifo = NULL;
+        }
         while ((t = rt__deque_take_owner(&w->deque)) != NULL)
             rt__task_unref(t, 1);
         t = w->deferred_head;

@@ -191,6 +191,9 @@ typedef struct rt__worker {
     bool searching;
     /* Listed in the coordinator's sleepers (under sleepers_lock). */
     bool sleeping;
+    /* The task scheduled last on this worker, run next; not stealable (it
+     * holds a queue reference like a deque entry). */
+    rt_task *lifo;
     /* The task being polled, or NULL. */
     rt_task *current;
     /* The current task woke itself during this poll (see the task word). */
@@ -241,6 +244,9 @@ struct rt_runtime {
 
     /* Set once by shutdown; workers and spawns check it. */
     RT_ALIGNED_CACHELINE uint32_t closing;
+
+    /* Full magazines of free task blocks, shared by every cache. */
+    rt__depot depot;
 
     /* Registries of tasks spawned by foreign threads. */
     unsigned nforeign;

@@ -6,7 +6,8 @@
  *   1. every injector_interval-th poll: a batch from the injector (so it
  *      never starves behind local work), else the oldest task of the own
  *      deque if it has waited longer than RT__STARVATION_NS;
- *   2. the own deque's bottom (LIFO: the task just spawned or woken);
+ *   2. the LIFO slot (the task scheduled last on this worker), then the own
+ *      deque's bottom (the next newest);
  *   3. the deferred list (tasks that yielded) moved into the deque;
  *   4. a batch from the injector;
  *   5. searching: steal one task from random victims, spin_rounds times;
@@ -167,21 +168,24 @@ static bool still_sleeping(rt__worker *w)
     return sleeping;
 }
 
-/* Returns idle memory: the worker's block cache and one foreign shard's. */
+/* Returns idle memory to malloc: the worker's magazines, and the depot down
+ * to a couple of magazines. Foreign shards keep theirs (two magazines each). */
 static void trim_caches(rt__worker *w)
 {
-    rt__block_cache_trim(&w->cache, RT__BLOCK_CACHE_KEEP);
-    rt__foreign_shard *sh = &w->rt->foreign[w->index % w->rt->nforeign];
-    if (pthread_mutex_trylock(&sh->lock) == 0) {
-        rt__block_cache_trim(&sh->cache, RT__BLOCK_CACHE_KEEP);
-        pthread_mutex_unlock(&sh->lock);
-    }
+    rt__block_cache_clear(&w->cache);
+    rt__depot_trim(&w->rt->depot, RT__DEPOT_KEEP);
+}
+
+/* Whether an idle worker should wake up once to give memory back. */
+static bool holds_idle_memory(rt__worker *w)
+{
+    return w->cache.loaded.len + w->cache.spare.len > 0 || w->rt->depot.count > RT__DEPOT_KEEP;
 }
 
 static void park_worker(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
-    assert(w->deferred_head == NULL);
+    assert(w->deferred_head == NULL && w->lifo == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
     /* The RMW above was a full barrier: now re-check what producers may have
@@ -196,7 +200,7 @@ static void park_worker(rt__worker *w)
         /* A worker holding many cached task blocks wakes once after a long
          * idle moment to give them back to malloc; otherwise it sleeps until
          * woken: an idle runtime uses no CPU. */
-        bool trim = w->cache.len > RT__BLOCK_CACHE_KEEP;
+        bool trim = holds_idle_memory(w);
         bool woken = rt__parker_park(&w->parker, trim ? RT__BLOCK_CACHE_IDLE_NS : -1);
         if (rt__load_acquire_u32(&rt->closing))
             return;
@@ -259,19 +263,25 @@ void rt__schedule(rt_task *t)
     rt__worker *w = tls_worker;
     rt_runtime *rt = t->rt;
     if (w != NULL && w->rt == rt) {
-        /* The first task in an empty deque is the one this worker runs next:
-         * waking a sleeper for it would only make the sleeper find nothing
-         * (the chained-spawn case). Surplus work is announced, but from
-         * inside a poll only once, when the poll returns: a task spawning a
-         * thousand children pays one StoreLoad fence, not a thousand. A full
-         * deque spills to the injector and notifies at once (spill_half), so
-         * a long poll still gets help with a large burst. */
-        if (push_local(w, t) > 0) {
-            if (w->current != NULL)
-                w->announce_after_poll = true;
-            else
-                announce_local_work(w);
-        }
+        /* The task scheduled last runs next, from the worker's LIFO slot: no
+         * deque traffic and no fence for the spawn-then-finish and
+         * wake-then-wait patterns (chained spawns, request/response pairs).
+         * Waking a sleeper for it would only make the sleeper find nothing.
+         * The task it displaces is surplus: it goes to the deque, where
+         * thieves can take it, and is announced, from inside a poll only once
+         * when the poll returns (a task spawning a thousand children pays one
+         * StoreLoad fence, not a thousand). A full deque spills to the
+         * injector and notifies at once (spill_half), so a long poll still
+         * gets help with a large burst. */
+        rt_task *displaced = w->lifo;
+        w->lifo = t;
+        if (displaced == NULL)
+            return;
+        push_local(w, displaced);
+        if (w->current != NULL)
+            w->announce_after_poll = true;
+        else
+            announce_local_work(w);
         return;
     }
     rt__injector_push(&rt->injector, &t->node);
@@ -426,6 +436,11 @@ static rt_task *find_local_work(rt__worker *w)
         t = take_starving_top(w);
         if (t != NULL)
             return t;
+    }
+    t = w->lifo;
+    if (t != NULL) {
+        w->lifo = NULL;
+        return t;
     }
     t = rt__deque_take_owner(&w->deque);
     if (t != NULL)
