@@ -75,6 +75,14 @@ static inline uint64_t rt__faa_u64(uint64_t *p, uint64_t delta)
 {
     return __atomic_fetch_add(p, delta, __ATOMIC_SEQ_CST);
 }
+static inline uint32_t rt__load_relaxed_u32(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+static inline void rt__store_relaxed_u32(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
 static inline uint32_t rt__load_acquire_u32(const uint32_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -178,6 +186,14 @@ static inline uint64_t rt__faa_u64(uint64_t *p, uint64_t delta)
     ck_pr_fence_atomic_load();
     ck_pr_fence_atomic_store();
     return old;
+}
+static inline uint32_t rt__load_relaxed_u32(const uint32_t *p)
+{
+    return ck_pr_load_32(p);
+}
+static inline void rt__store_relaxed_u32(uint32_t *p, uint32_t v)
+{
+    ck_pr_store_32(p, v);
 }
 static inline uint32_t rt__load_acquire_u32(const uint32_t *p)
 {

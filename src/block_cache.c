@@ -1,6 +1,8 @@
 /* The magazine layer's slow paths and the depot; see block_cache.h. */
 #include "block_cache.h"
 
+#include "atomic.h"
+
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -34,7 +36,7 @@ void rt__depot_destroy(rt__depot *d)
         d->magazines = *depot_link(m);
         free_chain(m);
     }
-    d->count = 0;
+    rt__store_relaxed_u32(&d->count, 0);
     pthread_mutex_destroy(&d->lock);
 }
 
@@ -46,7 +48,7 @@ void rt__depot_trim(rt__depot *d, uint32_t keep)
     while (d->count > keep) {
         void *m = d->magazines;
         d->magazines = *depot_link(m);
-        d->count--;
+        rt__store_relaxed_u32(&d->count, d->count - 1);
         *depot_link(m) = excess;
         excess = m;
     }
@@ -66,7 +68,7 @@ static void depot_put(rt__depot *d, rt__magazine *m)
     if (d->count < RT__DEPOT_MAX) {
         *depot_link(m->head) = d->magazines;
         d->magazines = m->head;
-        d->count++;
+        rt__store_relaxed_u32(&d->count, d->count + 1);
         pthread_mutex_unlock(&d->lock);
     } else {
         pthread_mutex_unlock(&d->lock);
@@ -79,13 +81,15 @@ static void depot_put(rt__depot *d, rt__magazine *m)
 /* Takes a full magazine from the depot into `m` (empty). */
 static bool depot_get(rt__depot *d, rt__magazine *m)
 {
-    if (d->count == 0) /* a racy hint; checked again under the lock */
+    /* A hint read without the lock (relaxed: it orders nothing); the lock
+     * below decides. */
+    if (rt__load_relaxed_u32(&d->count) == 0)
         return false;
     pthread_mutex_lock(&d->lock);
     void *first = d->magazines;
     if (first != NULL) {
         d->magazines = *depot_link(first);
-        d->count--;
+        rt__store_relaxed_u32(&d->count, d->count - 1);
     }
     pthread_mutex_unlock(&d->lock);
     if (first == NULL)

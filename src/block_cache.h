@@ -35,7 +35,7 @@
 typedef struct rt__depot {
     pthread_mutex_t lock;
     void *magazines; /* full magazines, linked through their first block */
-    uint32_t count;  /* how many */
+    uint32_t count;  /* how many (written under the lock, read as a hint) */
 } rt__depot;
 
 /* A free list of at most RT__MAGAZINE_SIZE blocks. */

@@ -179,7 +179,8 @@ static void trim_caches(rt__worker *w)
 /* Whether an idle worker should wake up once to give memory back. */
 static bool holds_idle_memory(rt__worker *w)
 {
-    return w->cache.loaded.len + w->cache.spare.len > 0 || w->rt->depot.count > RT__DEPOT_KEEP;
+    return w->cache.loaded.len + w->cache.spare.len > 0 ||
+           rt__load_relaxed_u32(&w->rt->depot.count) > RT__DEPOT_KEEP;
 }
 
 static void park_worker(rt__worker *w)
