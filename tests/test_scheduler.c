@@ -576,3 +576,196 @@ Test(scheduler, wakes_racing_shutdown_leave_the_task_dropped_exactly_once)
         atomic_store(&racing_target_polls, 0);
     }
 }
+
+/* ---- (f) no lost wake-ups while workers park and unpark ----------------- */
+
+/* Four workers on a two-core machine park and wake all the time here: a
+ * foreign thread spawns one task at a time and blocks until it finished, and
+ * inside the runtime two tasks hand a baton back and forth through wakers
+ * stored in a shared slot, so every hand-off wakes a task that may sit on a
+ * worker that is just going to sleep. A wake-up lost anywhere in the
+ * searching/parking protocol leaves a task runnable with every worker asleep,
+ * and the bounded wait below fails instead of hanging. */
+
+#define CHURN_ROUNDS 20000
+#define BATON_PASSES 20000
+
+struct baton {
+    pthread_mutex_t mu;
+    rt_waker parked[2];      /* each player's waker while it waits */
+    unsigned long turn;      /* pass number; player (turn % 2) holds the baton */
+    unsigned long polls[2];  /* polls of each player, to show the test ran */
+};
+
+static struct baton baton = {PTHREAD_MUTEX_INITIALIZER, {{0}, {0}}, 0, {0, 0}};
+
+struct player {
+    unsigned me; /* 0 or 1 */
+};
+
+/* Waits for its turn, passes the baton, and wakes the other player; finishes
+ * once BATON_PASSES passes have been made. */
+static rt_poll player_poll(void *state, rt_context *cx, void **out)
+{
+    struct player *p = state;
+    rt_waker to_wake = rt_waker_noop();
+    rt_poll result = RT_PENDING;
+    pthread_mutex_lock(&baton.mu);
+    baton.polls[p->me]++;
+    if (baton.turn >= BATON_PASSES) {
+        result = RT_READY;
+    } else if (baton.turn % 2 == p->me) {
+        baton.turn++;
+        to_wake = baton.parked[1 - p->me];
+        baton.parked[1 - p->me] = rt_waker_noop();
+        if (baton.turn >= BATON_PASSES)
+            result = RT_READY;
+    }
+    if (result == RT_PENDING) {
+        rt_waker_drop(&baton.parked[p->me]);
+        baton.parked[p->me] = rt_waker_clone(rt_context_waker(cx));
+    }
+    pthread_mutex_unlock(&baton.mu);
+    rt_waker_wake(&to_wake); /* outside the lock; the no-op waker is fine */
+    *out = NULL;
+    return result;
+}
+
+Test(scheduler, no_wake_up_is_lost_while_workers_park_and_unpark)
+{
+    rt_runtime *rt = new_runtime(4);
+    baton.parked[0] = baton.parked[1] = rt_waker_noop();
+
+    rt_task *players[2];
+    for (unsigned i = 0; i < 2; i++) {
+        struct player p = {i};
+        cr_assert_eq(RT_SPAWN(rt, player_poll, NULL, &p, &players[i]), 0);
+    }
+    for (int round = 0; round < CHURN_ROUNDS; round++) {
+        rt_task *t;
+        cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &t), 0);
+        int rc = rt_task_wait(t, WAIT_DEADLINE_NS, NULL);
+        cr_assert_eq(rc, 0, "round %d: a spawned task never ran (%s)", round, rt_strerror(rc));
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        int rc = rt_task_wait(players[i], WAIT_DEADLINE_NS, NULL);
+        cr_assert_eq(rc, 0, "player %u never finished: a baton wake was lost (%s)", i,
+                     rt_strerror(rc));
+    }
+    cr_assert_eq(baton.turn, BATON_PASSES);
+    cr_assert_geq(baton.polls[0] + baton.polls[1], BATON_PASSES);
+    rt_waker_drop(&baton.parked[0]);
+    rt_waker_drop(&baton.parked[1]);
+    finish_runtime(rt, 0);
+}
+
+/* ---- (g) the join-waker hand-over under races --------------------------- */
+
+/* A joiner stores its waker in the task (JOIN_WAKER) while the task may be
+ * completing on a worker, and may give up its handle at any moment. The
+ * ownership rules say exactly one side drops each stored waker. Here a
+ * foreign thread polls rt_task_join by hand with counted wakers against tasks
+ * that finish at once, re-registers with a different waker, and detaches some
+ * handles right after registering; at the end every clone must have been
+ * dropped exactly once (live count 0, never negative) and every completed
+ * join must have the task's value. */
+
+#define JOIN_RACES 100000
+
+static atomic_long counted_live;   /* clones not yet dropped or woken by value */
+static atomic_long counted_wakes;  /* wakes received */
+static atomic_bool counted_went_negative;
+
+static void counted_release(void)
+{
+    if (atomic_fetch_sub(&counted_live, 1) <= 0)
+        atomic_store(&counted_went_negative, true);
+}
+
+static rt_waker counted_clone(const void *data);
+static void counted_wake(const void *data)
+{
+    (void)data;
+    atomic_fetch_add(&counted_wakes, 1);
+    counted_release();
+}
+static void counted_wake_by_ref(const void *data)
+{
+    (void)data;
+    atomic_fetch_add(&counted_wakes, 1);
+}
+static void counted_drop(const void *data)
+{
+    (void)data;
+    counted_release();
+}
+static const rt_waker_vtable counted_vtable = {counted_clone, counted_wake, counted_wake_by_ref,
+                                               counted_drop};
+static rt_waker counted_clone(const void *data)
+{
+    atomic_fetch_add(&counted_live, 1);
+    rt_waker w = {&counted_vtable, data};
+    return w;
+}
+
+static rt_poll value_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    *out = (void *)(uintptr_t)(*(uint32_t *)state + 1);
+    return RT_READY;
+}
+
+Test(scheduler, join_wakers_are_dropped_exactly_once_when_joins_race_completion)
+{
+    rt_runtime *rt = new_runtime(2);
+    atomic_store(&counted_live, 0);
+    atomic_store(&counted_wakes, 0);
+    atomic_store(&counted_went_negative, false);
+    /* Two distinct wakers (different data), so a re-registration replaces. */
+    static const char first_tag, second_tag;
+    rt_waker first = {&counted_vtable, &first_tag};
+    rt_waker second = {&counted_vtable, &second_tag};
+
+    unsigned long joined = 0, detached = 0;
+    for (uint32_t i = 0; i < JOIN_RACES; i++) {
+        rt_task *t;
+        cr_assert_eq(rt_spawn(rt, value_poll, NULL, &i, sizeof i, &t), 0);
+        rt_context cx1 = rt_context_from_waker(first);
+        void *value = NULL;
+        int status = 1;
+        if (rt_task_join(t, &cx1, &value, &status) == RT_READY) {
+            cr_assert_eq(status, 0);
+            cr_assert_eq((uintptr_t)value, (uintptr_t)i + 1);
+            joined++;
+            continue;
+        }
+        if (i % 3 == 0) {
+            /* Give the handle up while the task may be completing. */
+            rt_task_detach(t);
+            detached++;
+            continue;
+        }
+        /* Replace the stored waker (the task may complete meanwhile), then
+         * wait for the result by polling. */
+        rt_context cx2 = rt_context_from_waker(i % 3 == 1 ? second : first);
+        while (rt_task_join(t, &cx2, &value, &status) != RT_READY)
+            sched_yield();
+        cr_assert_eq(status, 0);
+        cr_assert_eq((uintptr_t)value, (uintptr_t)i + 1);
+        joined++;
+    }
+    /* A detached task may not have run yet: shutdown cancels it, which is
+     * fine; a joined one has finished. */
+    int cancelled = rt_runtime_shutdown(rt);
+    cr_assert_geq(cancelled, 0);
+    cr_assert_leq((unsigned long)cancelled, detached);
+    rt_metrics m;
+    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+    cr_assert_eq(m.alive, 0);
+    cr_assert_eq(m.spawned, m.completed + m.cancelled);
+    cr_assert_eq(rt_runtime_free(rt), 0);
+    cr_assert_eq(joined + detached, JOIN_RACES);
+    cr_assert_not(atomic_load(&counted_went_negative), "a join waker was dropped twice");
+    cr_assert_eq(atomic_load(&counted_live), 0, "%ld join wakers were never dropped",
+                 atomic_load(&counted_live));
+}
