@@ -12,11 +12,11 @@
 
 /* A coroutine keeps everything it needs across an await in its state. */
 struct sum_range {
-    rt_coro co;          /* resume point */
-    uint64_t lo, hi;     /* the half-open range [lo, hi) to add up */
-    rt_task *left;       /* join handles of the two halves */
+    rt_coro co;      /* resume point */
+    uint64_t lo, hi; /* the half-open range [lo, hi) to add up */
+    rt_task *left;   /* join handles of the two halves */
     rt_task *right;
-    void *left_sum;      /* their results */
+    void *left_sum; /* their results */
     void *right_sum;
 };
 

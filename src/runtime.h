@@ -139,11 +139,11 @@ void rt__task_cancel_at_shutdown(rt_task *t);
  * keeping locks and shared cache lines off the completion path, this frees
  * most tasks on the thread that allocated them, which malloc likes. */
 typedef struct rt__registry {
-    rt_task **tasks;       /* registered tasks, unordered */
-    uint32_t len;          /* entries in use */
-    uint32_t cap;          /* entries allocated */
-    uint32_t sweep_at;     /* sweep when len reaches this */
-    uint64_t spawned;      /* tasks ever registered (relaxed; read by metrics) */
+    rt_task **tasks;         /* registered tasks, unordered */
+    uint32_t len;            /* entries in use */
+    uint32_t cap;            /* entries allocated */
+    uint32_t sweep_at;       /* sweep when len reaches this */
+    uint64_t spawned;        /* tasks ever registered (relaxed; read by metrics) */
     uint64_t polls_at_sweep; /* the sweeper's poll count at the last sweep */
 } rt__registry;
 
@@ -162,7 +162,7 @@ typedef struct rt__foreign_shard {
     RT_ALIGNED_CACHELINE pthread_mutex_t lock;
     rt__registry registry;
     rt__block_cache cache; /* blocks for foreign spawns */
-    bool closed; /* set at shutdown: no more inserts */
+    bool closed;           /* set at shutdown: no more inserts */
 } rt__foreign_shard;
 
 /* The foreign shard the calling (foreign) thread uses. */

@@ -190,8 +190,8 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
     uint64_t refs = handle != NULL ? 3 : 2;
-    t->state = RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
-               refs * RT__TASK_REF_ONE;
+    t->state =
+        RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) | refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
     t->drop = drop;
     t->rt = rt;

@@ -592,9 +592,9 @@ Test(scheduler, wakes_racing_shutdown_leave_the_task_dropped_exactly_once)
 
 struct baton {
     pthread_mutex_t mu;
-    rt_waker parked[2];      /* each player's waker while it waits */
-    unsigned long turn;      /* pass number; player (turn % 2) holds the baton */
-    unsigned long polls[2];  /* polls of each player, to show the test ran */
+    rt_waker parked[2];     /* each player's waker while it waits */
+    unsigned long turn;     /* pass number; player (turn % 2) holds the baton */
+    unsigned long polls[2]; /* polls of each player, to show the test ran */
 };
 
 static struct baton baton = {PTHREAD_MUTEX_INITIALIZER, {{0}, {0}}, 0, {0, 0}};
@@ -672,8 +672,8 @@ Test(scheduler, no_wake_up_is_lost_while_workers_park_and_unpark)
 
 #define JOIN_RACES 100000
 
-static atomic_long counted_live;   /* clones not yet dropped or woken by value */
-static atomic_long counted_wakes;  /* wakes received */
+static atomic_long counted_live;  /* clones not yet dropped or woken by value */
+static atomic_long counted_wakes; /* wakes received */
 static atomic_bool counted_went_negative;
 
 static void counted_release(void)

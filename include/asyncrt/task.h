@@ -83,10 +83,10 @@ void rt_task_detach(rt_task *task);
  * its drop function runs at its next scheduling point (never in the middle of
  * a poll; a task in the middle of a poll is dropped right after it; an idle
  * task is scheduled by the abort itself, so it is dropped promptly even if
- * nothing would ever wake it) and its joiner gets -ECANCELED. A task that finishes during the poll in progress
- * keeps its result. Aborting a finished task does nothing. The handle stays
- * valid and must still be joined, waited on or detached.
- * Any thread, any number of times. */
+ * nothing would ever wake it) and its joiner gets -ECANCELED. A task that
+ * finishes during the poll in progress keeps its result. Aborting a finished
+ * task does nothing. The handle stays valid and must still be joined, waited
+ * on or detached. Any thread, any number of times. */
 void rt_task_abort(rt_task *task);
 
 /* True once the task has finished (completed, aborted or cancelled at
