@@ -8,11 +8,14 @@
  *
  * ThreadSanitizer models neither ck_pr's volatile/asm accesses nor standalone
  * fences. In a sanitizer=thread build (RT_TSAN) every operation therefore
- * compiles to an __atomic builtin carrying its own memory order, and
- * rt__fence_store_load() is a no-op: each protocol that needs a StoreLoad fence
- * uses the `_seq_cst` store and load variants on both sides of the fence, which
- * are sequentially consistent accesses in that build and so give the same
- * guarantee without a bare fence.
+ * compiles to an __atomic builtin carrying its own memory order, so that every
+ * happens-before edge the code relies on is an acquire/release pair TSan can
+ * see. The StoreLoad fences (rt__fence_store_load, rt__fence_thief) are still
+ * emitted in that build: TSan ignores them, but they are what makes the
+ * Dekker-style hand-offs (the deque's take, the idle coordinator) correct on
+ * the hardware, and they carry no happens-before edge TSan would need. The
+ * deque's take and steal also use `_seq_cst` accesses on both sides, which is
+ * sound without the fences under the C11 model.
  *
  * Hand-offs through liburcu's queues are invisible to TSan in every build;
  * rt__tsan_release()/rt__tsan_acquire() mark them.
@@ -124,10 +127,16 @@ static inline void rt__store_release_ptr(void **p, void *v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
-/* No bare fences under TSan: the callers' _seq_cst accesses carry the ordering. */
-static inline void rt__fence_store_load(void) {}
+/* Real fences (see the top of this file): TSan ignores them, the CPU does not. */
+static inline void rt__fence_store_load(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 /* Orders a thief's two loads in the deque; see deque.c. */
-static inline void rt__fence_thief(void) {}
+static inline void rt__fence_thief(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 
 #else /* Concurrency Kit build */
 

@@ -89,17 +89,19 @@ size_t rt__deque_spill_owner(rt__deque *d, void **out, size_t n)
 {
     uint64_t t = rt__load_acquire_u64(&d->top);
     uint64_t b = rt__load_relaxed_u64(&d->bottom);
-    /* Keep at least one item out of reach so the owner's take never competes
-     * with its own spill for the last one. */
+    /* Spill only from a deque with items left over: it is called when the
+     * ring is full, and keeping one back costs nothing. */
     if ((int64_t)(b - t) <= (int64_t)n)
         return 0;
     /* Only the owner writes slots, so reading them before or after the CAS is
      * the same; reading first keeps the code shaped like a steal. */
     for (size_t i = 0; i < n; i++)
         out[i] = rt__load_relaxed_ptr(&d->slots[(t + i) & RT_DEQUE_MASK]);
-    /* Same claim as a thief's (S), for n indices at once. The owner is the only
-     * one taking from the bottom and there are more than n items, so the
-     * claimed range cannot overlap a take. */
+    /* The claim of (S) for n indices at once: the CAS from t to t + n
+     * succeeds only if no thief has claimed index t (or, since top only
+     * moves by CAS from its current value, any index after it) in the
+     * meantime, so every index in [t, t + n) is ours alone. Takes cannot
+     * interfere: they run on this same thread. */
     if (!rt__cas_u64(&d->top, &t, t + n))
         return 0;
     return n;

@@ -52,8 +52,8 @@ bool rt__deque_push_owner(rt__deque *d, void *item);
 void *rt__deque_take_owner(rt__deque *d);
 
 /* Claims the `n` oldest items with one CAS on top and copies them to `out` in
- * age order. Returns how many it claimed: n, or 0 when fewer than n items are
- * present or a thief moved top first (the caller re-checks and retries). */
+ * age order. Returns how many it claimed: n, or 0 when no more than n items
+ * are present or a thief moved top first (the caller re-checks and retries). */
 size_t rt__deque_spill_owner(rt__deque *d, void **out, size_t n);
 
 /* Steals the oldest item. Returns it, NULL when the deque looked empty, or

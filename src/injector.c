@@ -1,10 +1,12 @@
 /* The global injector on liburcu's wfcqueue; see injector.h for the contract.
  *
- * Ordering: cds_wfcq_enqueue's exchange on the tail and its store of the link
- * are full barriers in liburcu (uatomic_xchg, and CMM_STORE_SHARED after a
- * cmm_smp_wmb), and the dequeue reads the link with a load that depends on
- * it, so everything a producer wrote to a task before enqueueing it is
- * visible to the worker that dequeues it. */
+ * Ordering: cds_wfcq_enqueue's exchange on the tail is a full barrier
+ * (uatomic_xchg), and liburcu orders the node's initialisation before the
+ * link store that publishes it (cmm_smp_wmb, then CMM_STORE_SHARED); the
+ * dequeue reads the link and then the node through that pointer (a dependent
+ * load). So everything a producer wrote to a task before enqueueing it is
+ * visible to the worker that dequeues it. The exchange is also the StoreLoad
+ * barrier between the push and the producer's read of the idle state. */
 #include "injector.h"
 
 #include <errno.h>

@@ -2,12 +2,14 @@
  * worker, and where a worker's full deque spills half of itself.
  *
  * A liburcu wait-free concurrent queue (wfcqueue). Producers (any thread)
- * enqueue with one atomic exchange. Consumers (workers) serialize on a mutex
- * and use only the non-blocking dequeue: the blocking one may sleep 10 ms when
- * a producer was preempted between its exchange and its link store; the
- * non-blocking one reports that as "would block" and the worker goes on with
- * other work (the producer's unpark, which comes after its enqueue finishes,
- * guarantees the task is seen later).
+ * enqueue with one atomic exchange on the tail, then link the previous node.
+ * Consumers (workers) serialize on a mutex and use only the non-blocking
+ * dequeue: the blocking one may sleep 10 ms when a producer was preempted
+ * between its exchange and its link store; the non-blocking one reports that
+ * as "would block", and the worker yields its CPU and comes back. No task is
+ * stranded meanwhile: rt__injector_is_empty() looks at the tail, which the
+ * exchange already moved, so the parking re-check of every worker sees the
+ * queue as non-empty until the node has been taken.
  *
  * TSan cannot see liburcu's atomics, so each hand-off is annotated: release on
  * the node before enqueue, acquire after dequeue. */

@@ -24,6 +24,15 @@ int64_t rt__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t rt__deadline_after(int64_t timeout_ns)
+{
+    if (timeout_ns < 0)
+        return -1;
+    int64_t now = rt__now_ns();
+    /* A timeout too long to add is no limit at all (292 years). */
+    return timeout_ns > INT64_MAX - now ? -1 : now + timeout_ns;
+}
+
 int64_t rt__coarse_now_ns(void)
 {
     struct timespec ts;
@@ -65,7 +74,7 @@ bool rt__parker_park(rt__parker *p, int64_t timeout_ns)
         rt__fas_u32(&p->state, RT__PARK_EMPTY);
         return true;
     }
-    int64_t deadline = timeout_ns >= 0 ? rt__now_ns() + timeout_ns : -1;
+    int64_t deadline = rt__deadline_after(timeout_ns);
     for (;;) {
         int64_t left = -1;
         if (deadline >= 0) {

@@ -50,6 +50,9 @@ void rt__thread_waker_release(rt__thread_waker *tw);
 
 /* Monotonic clock in nanoseconds. */
 int64_t rt__now_ns(void);
+/* The absolute deadline `timeout_ns` from now, or -1 (none) for a negative
+ * timeout or one that would overflow. */
+int64_t rt__deadline_after(int64_t timeout_ns);
 /* The same at the kernel tick's resolution (a few ms), much cheaper. */
 int64_t rt__coarse_now_ns(void);
 

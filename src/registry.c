@@ -94,13 +94,17 @@ void rt__registry_sweep_idle(rt__worker *w)
         rt__registry_sweep(&w->registry, &w->cache);
         w->registry.polls_at_sweep = polls;
     }
+    /* Foreign-spawned tasks run on every worker: use the total polls. Each
+     * worker looks after the shards index, index + nworkers, ..., so every
+     * shard has a sweeper whatever the number of workers. */
     rt_runtime *rt = w->rt;
-    rt__foreign_shard *sh = &rt->foreign[w->index % rt->nforeign];
-    if (pthread_mutex_trylock(&sh->lock) == 0) {
-        /* Foreign-spawned tasks run on every worker: use the total polls. */
-        uint64_t all = 0;
-        for (unsigned i = 0; i < rt->nworkers; i++)
-            all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
+    uint64_t all = 0;
+    for (unsigned i = 0; i < rt->nworkers; i++)
+        all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
+    for (unsigned s = w->index; s < rt->nforeign; s += rt->nworkers) {
+        rt__foreign_shard *sh = &rt->foreign[s];
+        if (pthread_mutex_trylock(&sh->lock) != 0)
+            continue;
         if (sweep_worthwhile(&sh->registry, all)) {
             rt__registry_sweep(&sh->registry, &sh->cache);
             sh->registry.polls_at_sweep = all;

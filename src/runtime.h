@@ -194,12 +194,16 @@ typedef struct rt__worker {
     /* The task scheduled last on this worker, run next; not stealable (it
      * holds a queue reference like a deque entry). */
     rt_task *lifo;
+    /* Polls in a row taken from the LIFO slot. */
+    unsigned lifo_streak;
     /* The task being polled, or NULL. */
     rt_task *current;
     /* The current task woke itself during this poll (see the task word). */
     bool current_notified;
     /* The current poll pushed surplus work: notify a sleeper after it. */
     bool announce_after_poll;
+    /* The last injector pop found a producer mid-enqueue or the lock taken. */
+    bool injector_would_block;
     /* Tasks woken during their own poll (yields), in FIFO order, linked
      * through task->node: they run again only after the deque drains. */
     rt_task *deferred_head;
@@ -218,6 +222,9 @@ typedef struct rt__worker {
 /* How long the oldest task of a deque may wait while newer ones run from
  * the bottom before the worker takes it out of turn: Go's time slice. */
 #define RT__STARVATION_NS 10000000
+
+/* Polls in a row the LIFO slot may take ahead of waiting yielded tasks. */
+#define RT__LIFO_STREAK_MAX 3
 
 /* The worker the calling thread is, or NULL. */
 rt__worker *rt__worker_current(void);
@@ -275,6 +282,10 @@ void *rt__worker_main(void *arg);
 /* A worker about to park sweeps its own registry and one foreign shard when
  * enough has run since the last sweep for that to be worth the scan. */
 void rt__registry_sweep_idle(rt__worker *w);
+
+/* True while this thread runs rt_runtime_shutdown's cancellation (inside a
+ * drop function called by it). */
+bool rt__thread_in_shutdown(void);
 
 /* The number of CPUs this process may run on (affinity and cgroup quota). */
 unsigned rt__available_cpus(void);

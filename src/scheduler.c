@@ -3,15 +3,20 @@
  * decides which sleeping worker to wake.
  *
  * Finding work, in order (the worker loop):
- *   1. every injector_interval-th poll: a batch from the injector (so it
- *      never starves behind local work), else the oldest task of the own
- *      deque if it has waited longer than RT__STARVATION_NS;
+ *   1. every injector_interval-th poll: a batch from the injector (so
+ *      injected work never starves behind local work), else the oldest task
+ *      of the own deque if it has waited longer than RT__STARVATION_NS;
  *   2. the LIFO slot (the task scheduled last on this worker), then the own
  *      deque's bottom (the next newest);
- *   3. the deferred list (tasks that yielded) moved into the deque;
+ *   3. the deferred list (tasks woken during their own poll, yields), FIFO;
  *   4. a batch from the injector;
  *   5. searching: steal one task from random victims, spin_rounds times;
  *   6. park.
+ * Fairness therefore has three bounds: a yielded task runs after everything
+ * runnable on its worker, and tasks that keep waking each other through the
+ * LIFO slot get at most RT__LIFO_STREAK_MAX polls in a row ahead of it; a
+ * deque task waits at most RT__STARVATION_NS behind newer work; injected work
+ * at most injector_interval polls.
  *
  * Idle coordination (after Tokio's): one word counts searching and unparked
  * workers. At most half the workers search at once. Whoever makes work
@@ -25,9 +30,13 @@
  * Whichever runs second sees the other's write, so a task is never left
  * behind with every worker asleep. The RMWs are full barriers; the producer's
  * deque push is followed by rt__fence_store_load(), its injector push by the
- * exchange inside cds_wfcq_enqueue (a full barrier). */
+ * exchange inside cds_wfcq_enqueue (a full barrier). A task scheduled into
+ * the LIFO slot needs no announcement: its worker is awake and runs it next.
+ * The parker's re-check looks at the injector's tail, which a producer moves
+ * with its exchange, so no worker parks while a node is half-enqueued. */
 #include <assert.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "atomic.h"
@@ -237,17 +246,14 @@ static void spill_half(rt__worker *w)
     notify_parked(w->rt);
 }
 
-/* Pushes onto the own deque; returns the number of tasks it held before. */
-static size_t push_local(rt__worker *w, rt_task *t)
+/* Pushes onto the own deque, spilling half of it to the injector when full. */
+static void push_local(rt__worker *w, rt_task *t)
 {
-    size_t before = rt__deque_len_any(&w->deque);
-    while (!rt__deque_push_owner(&w->deque, t)) {
+    while (!rt__deque_push_owner(&w->deque, t))
         spill_half(w);
-        before = rt__deque_len_any(&w->deque);
-    }
-    if (before + 1 > rt__load_relaxed_u64(&w->stats.deque_high_water))
-        rt__store_relaxed_u64(&w->stats.deque_high_water, before + 1);
-    return before;
+    uint64_t len = rt__deque_len_any(&w->deque);
+    if (len > rt__load_relaxed_u64(&w->stats.deque_high_water))
+        rt__store_relaxed_u64(&w->stats.deque_high_water, len);
 }
 
 /* Announces surplus work on the own deque to the sleepers. */
@@ -315,6 +321,10 @@ static rt_task *take_from_injector(rt__worker *w)
     struct cds_wfcq_node *nodes[RT_INJECTOR_BATCH];
     bool would_block;
     size_t n = rt__injector_pop_batch(&w->rt->injector, nodes, max, &would_block);
+    /* Remembered for the worker loop: a producer preempted mid-enqueue (or
+     * another consumer) makes the injector look busy though it yields
+     * nothing; spinning on it would compete with that producer for CPU. */
+    w->injector_would_block = would_block;
     if (n == 0)
         return NULL;
     rt__stat_add(&w->stats.injector_batches, 1);
@@ -441,8 +451,19 @@ static rt_task *find_local_work(rt__worker *w)
     t = w->lifo;
     if (t != NULL) {
         w->lifo = NULL;
-        return t;
+        /* Tasks that keep waking each other through the LIFO slot would
+         * otherwise hold the worker forever while yielded tasks wait: after
+         * a short streak, the LIFO task queues behind them (Tokio caps its
+         * LIFO slot the same way). Without yielded tasks waiting nobody is
+         * passed over, and fork-join and chains keep their depth-first,
+         * cache-warm order. */
+        if (w->lifo_streak < RT__LIFO_STREAK_MAX || w->deferred_head == NULL) {
+            w->lifo_streak++;
+            return t;
+        }
+        rt__defer(w, t);
     }
+    w->lifo_streak = 0;
     t = rt__deque_take_owner(&w->deque);
     if (t != NULL)
         return t;
@@ -486,6 +507,13 @@ void *rt__worker_main(void *arg)
                 w->announce_after_poll = false;
                 announce_local_work(w);
             }
+            continue;
+        }
+        if (w->injector_would_block) {
+            /* Work is in flight in the injector: give its producer the CPU
+             * instead of parking (the re-check would refuse to) or spinning. */
+            w->injector_would_block = false;
+            sched_yield();
             continue;
         }
         park_worker(w);

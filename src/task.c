@@ -430,7 +430,7 @@ RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
 {
     if (task == NULL)
         return -EINVAL;
-    if (rt__worker_current() != NULL)
+    if (rt__worker_current() != NULL || rt__thread_in_shutdown())
         return -EDEADLK;
     if (value != NULL)
         *value = NULL;
@@ -438,7 +438,7 @@ RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
     if (tw == NULL)
         return -ENOMEM;
     rt_context cx = rt_context_from_waker(rt__thread_waker_get(tw));
-    int64_t deadline = timeout_ns >= 0 ? rt__now_ns() + timeout_ns : -1;
+    int64_t deadline = rt__deadline_after(timeout_ns);
     int status = -ETIMEDOUT;
     for (;;) {
         if (rt_task_join(task, &cx, value, &status) == RT_READY)

@@ -309,7 +309,7 @@ Test(runtime, unusual_but_valid_configurations_run_tasks)
     rt_config_init(&cfg);
     cfg.workers = 2;
     cfg.injector_interval = 1;
-    cfg.spin_rounds = 0;
+    cfg.spin_rounds = 1; /* the least accepted; 0 is -EINVAL (see below) */
     rt_runtime *rt = NULL;
     cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
     for (int i = 0; i < 100; i++) {
@@ -647,5 +647,62 @@ Test(runtime, one_new_task_wakes_at_most_two_parked_workers)
         cr_assert_leq(woken, 2, "round %d: one task woke %llu of 8 parked workers", round,
                       (unsigned long long)woken);
     }
+    finish_runtime(rt, 0);
+}
+
+/* ---- calls back into the runtime from drops run by shutdown ------------- */
+
+static rt_runtime *reentrant_rt;
+static rt_task *reentrant_other;
+static atomic_int reentrant_shutdown_rc;
+static atomic_int reentrant_free_rc;
+static atomic_int reentrant_wait_rc;
+static atomic_int reentrant_drops;
+
+static void reentrant_drop(void *state)
+{
+    (void)state;
+    atomic_fetch_add(&reentrant_drops, 1);
+    atomic_store(&reentrant_shutdown_rc, rt_runtime_shutdown(reentrant_rt));
+    atomic_store(&reentrant_free_rc, rt_runtime_free(reentrant_rt));
+    /* The other task may not have been cancelled yet: waiting for it here
+     * would wait for this very shutdown. */
+    atomic_store(&reentrant_wait_rc, rt_task_wait(reentrant_other, 0, NULL));
+}
+
+Test(runtime, drops_run_by_shutdown_cannot_deadlock_it)
+{
+    rt_runtime *rt = new_runtime(2);
+    reentrant_rt = rt;
+    atomic_store(&reentrant_drops, 0);
+    cr_assert_eq(rt_spawn(rt, never_poll, NULL, NULL, 0, &reentrant_other), 0);
+    cr_assert_eq(rt_spawn(rt, never_poll, reentrant_drop, NULL, 0, NULL), 0);
+    int cancelled = rt_runtime_shutdown(rt);
+    cr_assert_eq(cancelled, 2);
+    cr_assert_eq(atomic_load(&reentrant_drops), 1);
+    cr_assert_eq(atomic_load(&reentrant_shutdown_rc), -EDEADLK);
+    cr_assert_eq(atomic_load(&reentrant_free_rc), -EDEADLK);
+    cr_assert_eq(atomic_load(&reentrant_wait_rc), -EDEADLK);
+    /* The runtime is intact: the handle can still be waited on and freed. */
+    cr_assert_eq(rt_task_wait(reentrant_other, -1, NULL), -ECANCELED);
+    finish_runtime(rt, 0);
+}
+
+Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.spin_rounds = 0;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cr_assert_null(rt);
+
+    rt = new_runtime(1);
+    rt_task *t;
+    cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &t), 0);
+    /* INT64_MAX nanoseconds from now overflows the clock: it must be read as
+     * "no limit", not as a deadline in the past. */
+    cr_assert_eq(rt_task_wait(t, INT64_MAX, NULL), 0);
     finish_runtime(rt, 0);
 }

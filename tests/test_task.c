@@ -1569,3 +1569,88 @@ Test(task, many_concurrent_wakes_of_an_idle_task_schedule_it_once)
     cr_assert_eq(m.completed, 1, "only the blocker completes");
     cr_assert_eq(m.cancelled, 1);
 }
+
+/* ---- a yield is not starved by two tasks waking each other ------------- */
+
+/* Two tasks that wake each other hand the single worker back and forth
+ * through its LIFO slot, so the deque stays empty and a yielded task waits on
+ * the deferred list. The yielded task must still get its turn (within a few
+ * maintenance intervals), not only once the pair has finished: the pair stops
+ * by itself only after PAIR_LIMIT rounds, which the check below shows were
+ * never needed. */
+
+#define PAIR_LIMIT 2000000ul
+
+struct pair_game {
+    rt_waker waker[2];    /* each partner's waker, stored while it waits */
+    unsigned long rounds; /* polls of the partners so far */
+    atomic_bool stop;     /* set by the yielder once it ran again */
+    unsigned long rounds_when_yielder_returned;
+};
+
+static struct pair_game pair_game;
+
+struct partner {
+    unsigned me;       /* 0 or 1 */
+    bool spawned_peer; /* partner 0 spawns partner 1 on its first poll */
+};
+
+static rt_poll partner_poll(void *state, rt_context *cx, void **out);
+
+static rt_poll partner_poll(void *state, rt_context *cx, void **out)
+{
+    struct partner *p = state;
+    *out = NULL;
+    if (atomic_load(&pair_game.stop) || pair_game.rounds >= PAIR_LIMIT) {
+        /* Release the other side so that it sees the stop too. */
+        rt_waker_wake_by_ref(&pair_game.waker[1 - p->me]);
+        return RT_READY;
+    }
+    pair_game.rounds++;
+    rt_waker_drop(&pair_game.waker[p->me]);
+    pair_game.waker[p->me] = rt_waker_clone(rt_context_waker(cx));
+    if (p->me == 0 && !p->spawned_peer) {
+        p->spawned_peer = true;
+        struct partner peer = {1, false};
+        cr_assert_eq(RT_SPAWN(NULL, partner_poll, NULL, &peer, NULL), 0);
+    } else {
+        rt_waker_wake_by_ref(&pair_game.waker[1 - p->me]);
+    }
+    return RT_PENDING;
+}
+
+struct starved_yielder {
+    bool yielded;
+};
+
+static rt_poll starved_yielder_poll(void *state, rt_context *cx, void **out)
+{
+    struct starved_yielder *y = state;
+    *out = NULL;
+    if (!y->yielded) {
+        y->yielded = true;
+        struct partner first = {0, false};
+        cr_assert_eq(RT_SPAWN(NULL, partner_poll, NULL, &first, NULL), 0);
+        return rt_yield(cx);
+    }
+    pair_game.rounds_when_yielder_returned = pair_game.rounds;
+    atomic_store(&pair_game.stop, true);
+    return RT_READY;
+}
+
+Test(task, a_yield_is_not_starved_by_two_tasks_waking_each_other)
+{
+    rt_runtime *rt = new_runtime(1);
+    pair_game.waker[0] = pair_game.waker[1] = rt_waker_noop();
+    pair_game.rounds = 0;
+    atomic_store(&pair_game.stop, false);
+
+    struct starved_yielder y = {false};
+    cr_assert_eq(rt_block_on(rt, starved_yielder_poll, NULL, &y, sizeof y, NULL), 0);
+    unsigned long waited = pair_game.rounds_when_yielder_returned;
+    cr_assert_lt(waited, 1000, "the yielded task waited %lu polls of the pair (limit %lu)", waited,
+                 PAIR_LIMIT);
+    finish_runtime(rt, -1);
+    rt_waker_drop(&pair_game.waker[0]);
+    rt_waker_drop(&pair_game.waker[1]);
+}

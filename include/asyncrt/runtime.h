@@ -34,7 +34,7 @@ typedef struct rt_config {
     unsigned injector_interval;
     /* Rounds of stealing attempts an idle worker makes before it parks. The
      * higher, the lower the wake-up latency for bursty work and the more CPU an
-     * idle moment burns. Default 2. */
+     * idle moment burns. >= 1. Default 2. */
     unsigned spin_rounds;
 } rt_config;
 
@@ -47,7 +47,8 @@ void rt_config_init(rt_config *cfg);
 /* Creates a runtime and starts its worker threads.
  * cfg: read during the call only; NULL means the defaults. *out receives the
  * runtime, owned by the caller until rt_runtime_free.
- * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0),
+ * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0,
+ * spin_rounds 0),
  * -ENOMEM, -EAGAIN (a thread could not be created; nothing is left running).
  * Any thread. */
 int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
@@ -59,7 +60,10 @@ int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
  * After it returns every task of the runtime is finished, so a waker that
  * outlives it is inert: waking it or dropping it only releases memory.
  * Calling it again returns 0. Errors: -EINVAL (rt NULL), -EDEADLK (called from
- * one of this runtime's own workers, which cannot join itself).
+ * one of this runtime's own workers, which cannot join itself, or from a drop
+ * function this shutdown is running).
+ * Drop functions run by shutdown must not block on other tasks of the runtime:
+ * rt_task_wait fails there with -EDEADLK.
  * Any thread but the runtime's workers; not concurrently with rt_runtime_free. */
 int rt_runtime_shutdown(rt_runtime *rt);
 
@@ -67,9 +71,10 @@ int rt_runtime_shutdown(rt_runtime *rt);
  * Wakers and join handles of its tasks stay safe to use afterwards: each task's
  * memory lives until its last waker or handle is released, and a finished task
  * never touches its runtime. The one thing forbidden is racing this call: no
- * other thread may be inside rt_spawn on this runtime, or inside a wake that
- * began before rt_runtime_shutdown returned, while it runs.
- * Errors: -EDEADLK (called from one of its workers: nothing is freed).
+ * other thread may be inside rt_spawn or rt_task_abort on this runtime, or
+ * inside a wake that began before rt_runtime_shutdown returned, while it runs.
+ * Errors: -EDEADLK (called from one of its workers, or from a drop function
+ * run by its shutdown: nothing is freed).
  * Any thread but the runtime's workers. */
 int rt_runtime_free(rt_runtime *rt);
 

@@ -69,7 +69,8 @@ rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status);
  * and the task's drop function has run by then.
  * -ETIMEDOUT: the time passed; the handle stays valid and owned by the caller.
  * -EDEADLK: called from a worker thread of any asyncrt runtime (even for a
- * finished task); the handle stays valid.
+ * finished task), or from a drop function run by rt_runtime_shutdown; the
+ * handle stays valid.
  * -EINVAL: task NULL. -ENOMEM: no memory for the wait; the handle stays valid.
  * value may be NULL. Any thread that is not an asyncrt worker. */
 int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value);
