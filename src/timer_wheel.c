@@ -1,0 +1,249 @@
+/* The hierarchical timing wheel; the header explains the geometry and why
+ * entries never fire early or late. Owned by one thread: no atomics, no locks. */
+#include "timer_wheel.h"
+
+#include <stddef.h>
+
+#define SLOT_MASK ((uint64_t)RT__TIMER_SLOTS - 1)
+
+/* ---- Circular doubly-linked lists with a head node ---- */
+
+static void list_init(rt__timer_link *head)
+{
+    head->next = head;
+    head->prev = head;
+}
+
+static bool list_is_empty(const rt__timer_link *head)
+{
+    return head->next == head;
+}
+
+static void list_push_back(rt__timer_link *head, rt__timer_link *link)
+{
+    link->prev = head->prev;
+    link->next = head;
+    head->prev->next = link;
+    head->prev = link;
+}
+
+/* Unlinks `link` from whatever list it is in: only its neighbours change. */
+static void list_unlink(rt__timer_link *link)
+{
+    link->prev->next = link->next;
+    link->next->prev = link->prev;
+    link->next = link;
+    link->prev = link;
+}
+
+/* Moves every link of `from` to the empty list `to`, leaving `from` empty. */
+static void list_move_all(rt__timer_link *from, rt__timer_link *to)
+{
+    if (list_is_empty(from)) {
+        list_init(to);
+        return;
+    }
+    to->next = from->next;
+    to->prev = from->prev;
+    to->next->prev = to;
+    to->prev->next = to;
+    list_init(from);
+}
+
+static rt__timer_entry *entry_of(rt__timer_link *link)
+{
+    return (rt__timer_entry *)((char *)link - offsetof(rt__timer_entry, link));
+}
+
+/* ---- Where an entry goes ---- */
+
+/* The level for a deadline later than `now`: the 6-bit digit group of the
+ * highest bit in which they differ. Or-ing in the slot mask makes level 0 the
+ * answer when they differ only within the lowest group (and keeps the argument
+ * of clz non-zero). Deadlines that differ above the top group, i.e. outside the
+ * current 64^6 ms range, are clamped into the last level. */
+static unsigned level_for(uint64_t now, uint64_t deadline)
+{
+    uint64_t differing = (now ^ deadline) | SLOT_MASK;
+    unsigned highest_bit = 63u - (unsigned)__builtin_clzll(differing);
+    unsigned level = highest_bit / RT__TIMER_SLOT_BITS;
+    return level < RT__TIMER_LEVELS ? level : RT__TIMER_LEVELS - 1;
+}
+
+/* Links an unfiled entry, whose deadline_ms is set, where it belongs relative
+ * to the wheel's current time. Does not touch the count. */
+static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
+{
+    uint64_t deadline = entry->deadline_ms;
+    if (deadline <= wheel->now_ms) {
+        /* No slot is "now": a slot's range begins strictly after the current
+         * one, so a due entry waits in its own list for the next advance. */
+        list_push_back(&wheel->due, &entry->link);
+        entry->where = RT__TIMER_FILED_DUE;
+        if (deadline < wheel->due_min_deadline_ms)
+            wheel->due_min_deadline_ms = deadline;
+        return;
+    }
+    unsigned level = level_for(wheel->now_ms, deadline);
+    unsigned slot = (unsigned)((deadline >> (level * RT__TIMER_SLOT_BITS)) & SLOT_MASK);
+    list_push_back(&wheel->slots[level][slot], &entry->link);
+    wheel->occupied[level] |= (uint64_t)1 << slot;
+    entry->where = RT__TIMER_FILED_IN_WHEEL;
+    entry->level = (uint8_t)level;
+    entry->slot = (uint8_t)slot;
+}
+
+/* When the next occupied slot of `level` begins: the first beginning of an
+ * occupied slot strictly after the beginning of the current slot of that
+ * level. For an entry filed by level_for() that is the same 64^(L+1) ms range;
+ * rotating the bitmap (as Tokio does) also covers clamped entries at level 5
+ * whose slot comes round only in a later turn of the wheel, including the
+ * current slot itself, which then means one full turn (64 slots) later.
+ * The level must be occupied. */
+static uint64_t level_next_slot_start(const rt__timer_wheel *wheel, unsigned level)
+{
+    unsigned shift = level * RT__TIMER_SLOT_BITS;
+    uint64_t occupied = wheel->occupied[level];
+    unsigned current = (unsigned)((wheel->now_ms >> shift) & SLOT_MASK);
+    /* Bit k of `rotated` is the slot k + 1 slots after the current one. */
+    unsigned first = (current + 1) & (unsigned)SLOT_MASK;
+    uint64_t rotated = first == 0 ? occupied : (occupied >> first) | (occupied << (64 - first));
+    uint64_t slots_ahead = (uint64_t)__builtin_ctzll(rotated) + 1;
+    uint64_t current_slot_start = wheel->now_ms & ~(((uint64_t)1 << shift) - 1);
+    return current_slot_start + (slots_ahead << shift);
+}
+
+/* The earliest slot beginning over all levels (UINT64_MAX when the wheel holds
+ * nothing), and its level through `level_out`. */
+static uint64_t next_slot_start(const rt__timer_wheel *wheel, unsigned *level_out)
+{
+    uint64_t earliest = UINT64_MAX;
+    for (unsigned level = 0; level < RT__TIMER_LEVELS; level++) {
+        if (wheel->occupied[level] == 0)
+            continue;
+        uint64_t start = level_next_slot_start(wheel, level);
+        if (start < earliest) {
+            earliest = start;
+            *level_out = level;
+        }
+    }
+    return earliest;
+}
+
+/* ---- API ---- */
+
+void rt__timer_wheel_init(rt__timer_wheel *wheel, uint64_t now_ms)
+{
+    wheel->now_ms = now_ms;
+    for (unsigned level = 0; level < RT__TIMER_LEVELS; level++) {
+        wheel->occupied[level] = 0;
+        for (unsigned slot = 0; slot < RT__TIMER_SLOTS; slot++)
+            list_init(&wheel->slots[level][slot]);
+    }
+    list_init(&wheel->due);
+    wheel->due_min_deadline_ms = UINT64_MAX;
+    wheel->count = 0;
+    wheel->slots_processed = 0;
+}
+
+void rt__timer_wheel_insert(rt__timer_wheel *wheel, rt__timer_entry *entry, uint64_t deadline_ms)
+{
+    rt__timer_wheel_cancel(wheel, entry);
+    entry->deadline_ms = deadline_ms;
+    file_entry(wheel, entry);
+    wheel->count++;
+}
+
+bool rt__timer_wheel_cancel(rt__timer_wheel *wheel, rt__timer_entry *entry)
+{
+    switch (entry->where) {
+    case RT__TIMER_FILED_IN_WHEEL:
+        list_unlink(&entry->link);
+        /* The entry may sit in advance()'s private list of the slot being
+         * emptied; then the slot's own list decides the bit, which is right. */
+        if (list_is_empty(&wheel->slots[entry->level][entry->slot]))
+            wheel->occupied[entry->level] &= ~((uint64_t)1 << entry->slot);
+        break;
+    case RT__TIMER_FILED_DUE:
+        list_unlink(&entry->link);
+        if (list_is_empty(&wheel->due))
+            wheel->due_min_deadline_ms = UINT64_MAX;
+        break;
+    default:
+        return false;
+    }
+    entry->where = RT__TIMER_NOT_FILED;
+    wheel->count--;
+    return true;
+}
+
+uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel)
+{
+    unsigned level;
+    uint64_t earliest = next_slot_start(wheel, &level);
+    return wheel->due_min_deadline_ms < earliest ? wheel->due_min_deadline_ms : earliest;
+}
+
+/* Takes the entries of `pending` one by one (re-reading the head each time, so
+ * a callback that cancels a later one is honoured), unfiles each, fires it if
+ * its deadline has come and files it again otherwise. Returns the number fired. */
+static size_t drain(rt__timer_wheel *wheel, rt__timer_link *pending, rt__timer_fire_fn *fire,
+                    void *arg)
+{
+    size_t fired = 0;
+    while (!list_is_empty(pending)) {
+        rt__timer_entry *entry = entry_of(pending->next);
+        list_unlink(&entry->link);
+        if (entry->deadline_ms <= wheel->now_ms) {
+            entry->where = RT__TIMER_NOT_FILED;
+            wheel->count--;
+            fired++;
+            fire(entry, arg);
+        } else {
+            /* Still in the future: a finer level now (or, clamped, level 5 a
+             * turn later). Its count is unchanged: it stays filed. */
+            file_entry(wheel, entry);
+        }
+    }
+    return fired;
+}
+
+size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now_ms, rt__timer_fire_fn *fire,
+                               void *arg)
+{
+    size_t fired = 0;
+    if (now_ms < wheel->now_ms)
+        now_ms = wheel->now_ms;
+
+    /* The due list first (their deadlines are the oldest). It is moved aside, so
+     * that what callbacks file as due now waits for the next advance. Its
+     * entries stay marked due, so cancel still finds them in the private list. */
+    rt__timer_link pending;
+    list_move_all(&wheel->due, &pending);
+    wheel->due_min_deadline_ms = UINT64_MAX;
+    fired += drain(wheel, &pending, fire, arg);
+
+    /* Then every occupied slot whose range begins by now_ms, in time order: set
+     * the time to the slot's beginning and empty the slot. Entries filed again
+     * land in slots that begin later; the loop finds them on its next turn. */
+    for (;;) {
+        unsigned level = 0;
+        uint64_t slot_start = next_slot_start(wheel, &level);
+        if (slot_start > now_ms)
+            break;
+        wheel->now_ms = slot_start;
+        unsigned shift = level * RT__TIMER_SLOT_BITS;
+        unsigned slot = (unsigned)((slot_start >> shift) & SLOT_MASK);
+        /* Clear the bit before the callbacks run: entries filed into this same
+         * slot from now on (clamped ones) are for the next turn of the wheel. */
+        list_move_all(&wheel->slots[level][slot], &pending);
+        wheel->occupied[level] &= ~((uint64_t)1 << slot);
+        wheel->slots_processed++;
+        fired += drain(wheel, &pending, fire, arg);
+    }
+
+    /* No occupied slot begins in (wheel->now_ms, now_ms], so every entry still
+     * lies in a slot ahead of now_ms as well: the jump keeps the invariant. */
+    wheel->now_ms = now_ms;
+    return fired;
+}
