@@ -9,6 +9,9 @@
 #include "asyncrt/runtime.h"
 #include "asyncrt/task.h"
 #include "asyncrt/metrics.h"
+#include "asyncrt/timer.h"
+#include "asyncrt/io.h"
+#include "asyncrt/net.h"
 
 #define ASYNCRT_VERSION_MAJOR 0
 #define ASYNCRT_VERSION_MINOR 1

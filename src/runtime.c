@@ -1,9 +1,11 @@
 /* Runtime lifecycle: configuration, start-up, shutdown and freeing. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "atomic.h"
+#include "io_internal.h"
 #include "runtime.h"
 
 RT_EXPORT void rt_config_init(rt_config *cfg)
@@ -56,6 +58,7 @@ static void destroy(rt_runtime *rt)
         rt__block_cache_clear(&rt->workers[i].cache);
     }
     rt__depot_destroy(&rt->depot);
+    pthread_mutex_destroy(&rt->io_lock);
     pthread_mutex_destroy(&rt->sleepers_lock);
     pthread_mutex_destroy(&rt->lifecycle_lock);
     rt__injector_destroy(&rt->injector);
@@ -132,6 +135,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_lifecycle;
     if ((err = init_shards(rt)) < 0)
         goto fail_depot;
+    if ((err = -pthread_mutex_init(&rt->io_lock, NULL)) < 0)
+        goto fail_shards;
 
     for (unsigned i = 0; i < rt->nworkers; i++) {
         rt__worker *w = &rt->workers[i];
@@ -142,18 +147,36 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         w->index = i;
         w->rng = 0x9e3779b9u * (i + 1);
     }
+    /* The runtime's threads block SIGPIPE (they inherit the mask): a write
+     * to a pipe whose reader is gone returns -EPIPE instead of killing the
+     * process. Sockets need no mask: their writes use MSG_NOSIGNAL. */
+    sigset_t pipe_only, old_mask;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
+    if ((err = rt__reactor_start(rt)) < 0) {
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        goto fail_io;
+    }
     for (unsigned i = 0; i < rt->nworkers; i++) {
         int perr = pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
         if (perr != 0) {
+            pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             stop_and_join_workers(rt);
+            rt__reactor_stop(rt);
             destroy(rt);
             return perr == EAGAIN ? -EAGAIN : -perr;
         }
         rt->threads_started++;
     }
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     *out = rt;
     return 0;
 
+fail_io:
+    pthread_mutex_destroy(&rt->io_lock);
+fail_shards:
+    destroy_shards(rt, rt->nforeign);
 fail_depot:
     rt__depot_destroy(&rt->depot);
 fail_lifecycle:
@@ -236,6 +259,10 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     }
     tls_shutting_down = NULL;
     rt__store_relaxed_u64(&rt->shutdown_cancelled, cancelled);
+    /* The drops above may have closed descriptors and cancelled timers
+     * through the reactor; now it can go, and with it what is still open. */
+    rt__reactor_stop(rt);
+    rt__io_close_all(rt);
     drain_queues(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);

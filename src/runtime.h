@@ -19,6 +19,7 @@
 #include "deque.h"
 #include "injector.h"
 #include "park.h"
+#include "reactor.h"
 
 /* ---- Task ------------------------------------------------------------------
  *
@@ -261,6 +262,13 @@ struct rt_runtime {
     /* Tasks cancelled by shutdown (written by the shutdown thread only). */
     uint64_t shutdown_cancelled;
 
+    /* The reactor thread: epoll, timers. */
+    rt__reactor reactor;
+    /* Open rt_io objects, closed by shutdown if the user has not. */
+    pthread_mutex_t io_lock;
+    struct rt_io *io_list;
+    bool io_closed; /* shutdown closed the list: rt_io_open fails */
+
     /* Serializes rt_runtime_shutdown callers. */
     pthread_mutex_t lifecycle_lock;
     bool shut_down;
@@ -271,6 +279,15 @@ struct rt_runtime {
  * reference the caller owns: onto the calling worker's deque when it is a
  * worker of the task's runtime, else onto the injector. */
 void rt__schedule(rt_task *t);
+
+/* Schedules n such tasks of `rt` from a thread that is not its worker (the
+ * reactor): one injector splice, then up to min(n, parked) workers woken. */
+void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
+
+/* Wakes (consumes) *w. When it is the waker of a task of `rt` that must be
+ * scheduled, returns the task (with its queue reference) for the caller to
+ * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
+rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
 
 /* Puts a task woken during its own poll at the end of the worker's deferred
  * list (the queue reference comes with it). */

@@ -295,6 +295,33 @@ void rt__schedule(rt_task *t)
     notify_parked(rt);
 }
 
+void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n)
+{
+    struct cds_wfcq_node *nodes[RT__WAKE_BATCH];
+    for (unsigned done = 0; done < n;) {
+        unsigned k = n - done < RT__WAKE_BATCH ? n - done : RT__WAKE_BATCH;
+        for (unsigned i = 0; i < k; i++)
+            nodes[i] = &tasks[done + i]->node;
+        rt__injector_push_batch(&rt->injector, nodes, k);
+        done += k;
+    }
+    /* The splice's exchange was the StoreLoad barrier. Wake as many parked
+     * workers as there are tasks, at most: each takes a share. */
+    pthread_mutex_lock(&rt->sleepers_lock);
+    unsigned woken[RT__WAKE_BATCH];
+    unsigned k = 0;
+    while (k < n && k < RT__WAKE_BATCH && rt->nsleepers > 0) {
+        unsigned idx = rt->sleepers[--rt->nsleepers];
+        rt->workers[idx].sleeping = false;
+        woken[k++] = idx;
+    }
+    if (k > 0)
+        rt__faa_u64(&rt->idle_state, k * (RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE));
+    pthread_mutex_unlock(&rt->sleepers_lock);
+    for (unsigned i = 0; i < k; i++)
+        rt__parker_unpark(&rt->workers[woken[i]].parker);
+}
+
 void rt__defer(rt__worker *w, rt_task *t)
 {
     t->node.next = NULL;

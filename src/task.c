@@ -84,20 +84,18 @@ static inline bool self_wake(rt_task *t)
     return false;
 }
 
-static void task_waker_wake(const void *data)
+/* The state transition of a wake by value: returns true when the task was
+ * idle and is now NOTIFIED, the waker's reference becoming the run queue's
+ * (the caller schedules it); otherwise the reference has been dealt with. */
+static bool task_wake_transition(rt_task *t)
 {
-    rt_task *t = (rt_task *)data;
-    if (self_wake(t)) {
-        rt__task_unref(t, 1); /* never the last: the worker holds one */
-        return;
-    }
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
         uint64_t next;
         if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED)) {
             /* Finished or already queued: only the reference goes. */
             rt__task_unref(t, 1);
-            return;
+            return false;
         }
         if (s & RT__TASK_RUNNING) {
             /* The worker polling it requeues it afterwards with the queue
@@ -105,16 +103,38 @@ static void task_waker_wake(const void *data)
              * (it cannot be the last: the worker holds one). */
             next = (s | RT__TASK_NOTIFIED) - RT__TASK_REF_ONE;
             if (rt__cas_u64(&t->state, &s, next))
-                return;
+                return false;
             continue;
         }
         next = s | RT__TASK_NOTIFIED;
-        if (rt__cas_u64(&t->state, &s, next)) {
-            RT__DEBUG_YIELD();
-            rt__schedule(t);
-            return;
-        }
+        if (rt__cas_u64(&t->state, &s, next))
+            return true;
     }
+}
+
+static void task_waker_wake(const void *data)
+{
+    rt_task *t = (rt_task *)data;
+    if (self_wake(t)) {
+        rt__task_unref(t, 1); /* never the last: the worker holds one */
+        return;
+    }
+    if (task_wake_transition(t)) {
+        RT__DEBUG_YIELD();
+        rt__schedule(t);
+    }
+}
+
+rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt)
+{
+    rt_waker taken = *w;
+    *w = rt_waker_noop();
+    rt_task *t = (rt_task *)taken.data;
+    if (taken.vtable != &rt__task_waker_vtable || t->rt != rt) {
+        rt_waker_wake(&taken);
+        return NULL;
+    }
+    return task_wake_transition(t) ? t : NULL;
 }
 
 static void task_waker_wake_by_ref(const void *data)

@@ -56,7 +56,10 @@ int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
 /* Stops the runtime: new spawns fail with -ESHUTDOWN from now on, the workers
  * finish the poll they are in and exit, then every task that has not finished
  * is cancelled: its drop function runs exactly once (on the calling thread)
- * and its joiner gets -ECANCELED. Returns the number of tasks cancelled (>= 0).
+ * and its joiner gets -ECANCELED. Then the reactor thread stops, every rt_io
+ * still open is closed and freed, and pending timers are released. Futures
+ * polled by hand outside tasks (sleeps, connects) must be dropped before.
+ * Returns the number of tasks cancelled (>= 0).
  * After it returns every task of the runtime is finished, so a waker that
  * outlives it is inert: waking it or dropping it only releases memory.
  * Calling it again returns 0. Errors: -EINVAL (rt NULL), -EDEADLK (called from

@@ -1,0 +1,279 @@
+/* Asynchronous descriptors: registration with the reactor, the readiness
+ * protocol (io_internal.h has its argument), and read/write/close. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "io_internal.h"
+#include "reactor.h"
+#include "runtime.h"
+
+/* ---- Readiness ---------------------------------------------------------- */
+
+static rt_waker *slot_of(rt_io *io, unsigned dir)
+{
+    return dir == RT__IO_READ ? &io->reader : &io->writer;
+}
+
+rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, rt_context *cx, uint32_t *tick)
+{
+    uint64_t s = rt__load_acquire_u64(&io->readiness);
+    if (s & dir) {
+        *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
+        return RT_READY;
+    }
+    const rt_waker *w = rt_context_waker(cx);
+    rt_waker old = rt_waker_noop();
+    rt__spin_lock(&io->lock);
+    if (io->closed) {
+        rt__spin_unlock(&io->lock);
+        *tick = 0;
+        return RT_READY; /* the operation reports -EBADF */
+    }
+    rt_waker *slot = slot_of(io, dir);
+    if (!rt_waker_will_wake(slot, w)) {
+        old = *slot;
+        *slot = rt_waker_clone(w);
+    }
+    rt__spin_unlock(&io->lock);
+    rt_waker_drop(&old);
+    /* An event between the first read and the registration set the bit
+     * before the reactor took the lock: see it now (io_internal.h). */
+    s = rt__load_acquire_u64(&io->readiness);
+    if (s & dir) {
+        *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
+        return RT_READY;
+    }
+    return RT_PENDING;
+}
+
+void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick)
+{
+    uint64_t s = rt__load_acquire_u64(&io->readiness);
+    for (;;) {
+        if ((uint32_t)(s >> RT__IO_TICK_SHIFT) != tick)
+            return; /* an edge came since: keep it */
+        if (rt__cas_u64(&io->readiness, &s, s & ~(uint64_t)dir))
+            return;
+    }
+}
+
+void rt__io_event(rt_io *io, unsigned dirs, rt_waker *reader, rt_waker *writer)
+{
+    uint64_t s = rt__load_acquire_u64(&io->readiness);
+    while (!rt__cas_u64(&io->readiness, &s, (s | dirs) + RT__IO_TICK_ONE))
+        ;
+    rt__spin_lock(&io->lock);
+    if (dirs & RT__IO_READ) {
+        *reader = io->reader;
+        io->reader = rt_waker_noop();
+    }
+    if (dirs & RT__IO_WRITE) {
+        *writer = io->writer;
+        io->writer = rt_waker_noop();
+    }
+    rt__spin_unlock(&io->lock);
+}
+
+/* ---- Registration ------------------------------------------------------- */
+
+int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, rt_io **out)
+{
+    rt_io *io = calloc(1, sizeof(*io));
+    if (io == NULL)
+        return -ENOMEM;
+    io->fd = fd;
+    io->is_socket = is_socket;
+    io->rt = rt;
+    io->readiness = RT__IO_READ | RT__IO_WRITE; /* optimistic: try the call */
+    io->reader = io->writer = rt_waker_noop();
+
+    pthread_mutex_lock(&rt->io_lock);
+    if (rt->io_closed) {
+        pthread_mutex_unlock(&rt->io_lock);
+        free(io);
+        return -ESHUTDOWN;
+    }
+    /* Registered once, both directions, edge-triggered; HUP and ERR are
+     * always reported and wake both directions (reactor.c). */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = io};
+    if (epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        int err = -errno;
+        pthread_mutex_unlock(&rt->io_lock);
+        free(io);
+        return err;
+    }
+    io->next = rt->io_list;
+    if (rt->io_list != NULL)
+        rt->io_list->prev = io;
+    rt->io_list = io;
+    pthread_mutex_unlock(&rt->io_lock);
+    *out = io;
+    return 0;
+}
+
+RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (rt == NULL)
+        rt = rt_current();
+    if (rt == NULL)
+        return -EINVAL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno; /* -EBADF for a closed or invalid descriptor */
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    int fdfl = fcntl(fd, F_GETFD);
+    if (fdfl >= 0 && !(fdfl & FD_CLOEXEC))
+        fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC);
+    struct stat st;
+    bool is_socket = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+    return rt__io_adopt(rt, fd, is_socket, out);
+}
+
+RT_EXPORT int rt_io_fd(const rt_io *io)
+{
+    return io->fd;
+}
+
+/* Unlinks from the runtime's list, removes from epoll before close(2), wakes
+ * whoever waits, and hands the memory to the reactor. Caller holds no lock. */
+static int io_close(rt_io *io, bool unlink)
+{
+    rt_runtime *rt = io->rt;
+    if (unlink) {
+        pthread_mutex_lock(&rt->io_lock);
+        if (io->prev != NULL)
+            io->prev->next = io->next;
+        else
+            rt->io_list = io->next;
+        if (io->next != NULL)
+            io->next->prev = io->prev;
+        pthread_mutex_unlock(&rt->io_lock);
+    }
+    epoll_ctl(rt->reactor.epfd, EPOLL_CTL_DEL, io->fd, NULL);
+    int rc = close(io->fd) < 0 ? -errno : 0;
+    rt__spin_lock(&io->lock);
+    io->closed = true;
+    io->fd = -1;
+    rt_waker reader = io->reader, writer = io->writer;
+    io->reader = io->writer = rt_waker_noop();
+    rt__spin_unlock(&io->lock);
+    rt_waker_wake(&reader);
+    rt_waker_wake(&writer);
+    /* The reactor may hold an event naming io from an epoll_wait that began
+     * before the DEL: it frees io at the top of its next turn. */
+    if (rt->reactor.running)
+        rt__reactor_release_io(&rt->reactor, io);
+    else
+        free(io);
+    return rc;
+}
+
+RT_EXPORT int rt_io_close(rt_io *io)
+{
+    return io == NULL ? 0 : io_close(io, true);
+}
+
+void rt__io_close_all(rt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->io_lock);
+    rt->io_closed = true;
+    rt_io *io = rt->io_list;
+    rt->io_list = NULL;
+    pthread_mutex_unlock(&rt->io_lock);
+    while (io != NULL) {
+        rt_io *next = io->next;
+        io_close(io, false);
+        io = next;
+    }
+}
+
+/* ---- Operations ------------------------------------------------------------ */
+
+RT_EXPORT rt_poll rt_io_readable(rt_io *io, rt_context *cx)
+{
+    uint32_t tick;
+    return rt__io_poll_ready(io, RT__IO_READ, cx, &tick);
+}
+
+RT_EXPORT rt_poll rt_io_writable(rt_io *io, rt_context *cx)
+{
+    uint32_t tick;
+    return rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick);
+}
+
+RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result)
+{
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(io, RT__IO_READ, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        ssize_t n = read(io->fd, buf, len);
+        if (n >= 0) {
+            *result = n;
+            return RT_READY;
+        }
+        int e = errno; /* read now: nothing below may change it */
+        if (e == EINTR)
+            continue;
+        if (e != EAGAIN && e != EWOULDBLOCK) {
+            *result = -e;
+            return RT_READY;
+        }
+        rt__io_clear_ready(io, RT__IO_READ, tick);
+    }
+}
+
+static ssize_t io_write_once(rt_io *io, const void *buf, size_t len)
+{
+    return io->is_socket ? send(io->fd, buf, len, MSG_NOSIGNAL) : write(io->fd, buf, len);
+}
+
+RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t len,
+                              ssize_t *result)
+{
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        ssize_t n = io_write_once(io, buf, len);
+        if (n >= 0) {
+            *result = n;
+            return RT_READY;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e != EAGAIN && e != EWOULDBLOCK) {
+            *result = -e;
+            return RT_READY;
+        }
+        rt__io_clear_ready(io, RT__IO_WRITE, tick);
+    }
+}
+
+RT_EXPORT rt_poll rt_io_write_all(rt_io *io, rt_context *cx, const void *buf, size_t len,
+                                  size_t *progress, ssize_t *result)
+{
+    while (*progress < len) {
+        ssize_t n;
+        if (rt_io_write(io, cx, (const char *)buf + *progress, len - *progress, &n) == RT_PENDING)
+            return RT_PENDING;
+        if (n < 0) {
+            *result = n;
+            return RT_READY;
+        }
+        *progress += (size_t)n;
+    }
+    *result = (ssize_t)len;
+    return RT_READY;
+}

@@ -1,0 +1,63 @@
+/* The registration behind an rt_io, shared by io.c (descriptors), net.c
+ * (sockets) and reactor.c (events). Internal, not installed.
+ *
+ * Readiness word (edge-triggered epoll without lost wake-ups, after Tokio's
+ * ScheduledIo): bits 0-1 say which directions are believed ready, bits 32-63
+ * count events (the tick). Transitions:
+ *
+ *   reactor event:      ready |= dirs, tick += 1         (one CAS)
+ *   operation, EAGAIN:  ready &= ~dir  only if tick is still the one the
+ *                       operation saw when it found dir ready   (one CAS)
+ *
+ * So an edge that arrives after the operation read the readiness but before
+ * it cleared it moves the tick, the clear fails, and the operation retries
+ * instead of waiting for an edge that already came. An operation that found
+ * the direction not ready stores its waker under the slot lock and then
+ * reads the readiness again: the reactor sets readiness before it takes the
+ * lock to collect wakers, so either the re-read sees the edge or the reactor
+ * sees the waker (the lock orders the two). New registrations start with
+ * both directions ready: the first operation simply tries its system call. */
+#ifndef RT_SRC_IO_INTERNAL_H
+#define RT_SRC_IO_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <asyncrt/io.h>
+
+#include "spinlock.h"
+
+#define RT__IO_READ 1u
+#define RT__IO_WRITE 2u
+#define RT__IO_TICK_SHIFT 32
+#define RT__IO_TICK_ONE (1ull << RT__IO_TICK_SHIFT)
+
+struct rt_io {
+    int fd;                     /* the owned descriptor; -1 once closed */
+    bool is_socket;             /* writes use send(MSG_NOSIGNAL) */
+    rt_runtime *rt;             /* owner of the reactor it is registered with */
+    uint64_t readiness;         /* see above */
+    rt__spinlock lock;          /* guards the two waker slots and `closed` */
+    bool closed;                /* rt_io_close ran; wakers are no longer stored */
+    rt_waker reader;            /* the task waiting to read (no-op when none) */
+    rt_waker writer;            /* the task waiting to write (no-op when none) */
+    struct rt_io *prev, *next;  /* the runtime's list of open rt_io (io_lock) */
+    struct rt_io *release_next; /* the reactor's release list */
+};
+
+/* RT_READY (with the tick seen) when direction `dir` is believed ready,
+ * else stores the context's waker for it and returns RT_PENDING. */
+rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, rt_context *cx, uint32_t *tick);
+/* After EAGAIN: forgets readiness of `dir` unless an event came since `tick`. */
+void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick);
+/* The reactor's side: records an event and hands the wakers to wake out. */
+void rt__io_event(rt_io *io, unsigned dirs, rt_waker *reader, rt_waker *writer);
+
+/* Registers an already non-blocking, close-on-exec descriptor (used by
+ * net.c for the sockets it creates). On failure the caller keeps fd. */
+int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, rt_io **out);
+
+/* Closes every rt_io still open (rt_runtime_free, after the reactor stopped). */
+void rt__io_close_all(rt_runtime *rt);
+
+#endif

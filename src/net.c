@@ -1,0 +1,318 @@
+/* TCP and UDP sockets on the reactor: every socket is created non-blocking
+ * and close-on-exec, and registered as an rt_io. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asyncrt/net.h>
+
+#include "io_internal.h"
+#include "runtime.h"
+
+RT_EXPORT int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr,
+                          socklen_t *len)
+{
+    if (ip == NULL || addr == NULL || len == NULL)
+        return -EINVAL;
+    memset(addr, 0, sizeof(*addr));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)addr;
+    if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        *len = sizeof(*v4);
+        return 0;
+    }
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)addr;
+    if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        *len = sizeof(*v6);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* A new socket of `type` for addr's family, with the RT_NET_* options. */
+static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
+{
+    int fd = socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    if (((flags & RT_NET_REUSEADDR) &&
+         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) ||
+        ((flags & RT_NET_REUSEPORT) &&
+         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
+        ((flags & RT_NET_V6ONLY) && addr->sa_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) < 0)) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+/* Registers fd, closing it if that fails. */
+static int adopt_or_close(rt_runtime *rt, int fd, rt_io **out)
+{
+    int err = rt__io_adopt(rt, fd, true, out);
+    if (err < 0)
+        close(fd);
+    return err;
+}
+
+static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int type,
+                        unsigned flags, int backlog, rt_io **out)
+{
+    if (out == NULL || addr == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (rt == NULL)
+        rt = rt_current();
+    if (rt == NULL)
+        return -EINVAL;
+    int fd = open_socket(addr, type, flags);
+    if (fd < 0)
+        return fd;
+    if (bind(fd, addr, len) < 0 || (type == SOCK_STREAM && listen(fd, backlog) < 0)) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return adopt_or_close(rt, fd, out);
+}
+
+RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
+                            unsigned flags, rt_io **out)
+{
+    return bound_socket(rt, addr, len, SOCK_STREAM, flags, backlog, out);
+}
+
+RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
+                                struct sockaddr_storage *peer, socklen_t *peer_len, int *err)
+{
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(listener, RT__IO_READ, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            *err = adopt_or_close(listener->rt, fd, conn);
+            if (*err == 0 && peer != NULL) {
+                memcpy(peer, &ss, sizeof ss);
+                if (peer_len != NULL)
+                    *peer_len = sl;
+            }
+            return RT_READY;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e == EAGAIN || e == EWOULDBLOCK) {
+            rt__io_clear_ready(listener, RT__IO_READ, tick);
+            continue;
+        }
+        /* EMFILE/ENFILE leave the connection queued and the readiness set:
+         * the next accept, once descriptors are free, takes it. */
+        *err = -e;
+        return RT_READY;
+    }
+}
+
+/* ---- Connect ------------------------------------------------------------------ */
+
+RT_EXPORT int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, int64_t timeout_ns)
+{
+    if (op == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    if (rt == NULL)
+        rt = rt_current();
+    if (rt == NULL)
+        return -EINVAL;
+    op->has_limit = timeout_ns > 0;
+    /* Without a limit the timeout still records the runtime. */
+    return rt_timeout_init(&op->limit, rt, op->has_limit ? timeout_ns : 0);
+}
+
+/* Finishes the attempt: hands the socket over, or closes it on error. */
+static rt_poll connect_done(rt_tcp_connect *op, rt_io **conn, int *err, int e)
+{
+    if (e == 0) {
+        *conn = op->io;
+    } else {
+        rt_io_close(op->io);
+        *conn = NULL;
+    }
+    op->io = NULL;
+    rt_timeout_drop(&op->limit);
+    *err = e;
+    return RT_READY;
+}
+
+RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
+                                      const struct sockaddr *addr, socklen_t len, rt_io **conn,
+                                      int *err)
+{
+    if (!op->started) {
+        op->started = 1;
+        int fd = open_socket(addr, SOCK_STREAM, 0);
+        if (fd < 0) {
+            *err = fd;
+            *conn = NULL;
+            return RT_READY;
+        }
+        int rc = connect(fd, addr, len);
+        int e = rc < 0 ? errno : 0;
+        if (rc < 0 && e != EINPROGRESS && e != EINTR) {
+            close(fd);
+            *err = -e;
+            *conn = NULL;
+            return RT_READY;
+        }
+        int aerr = adopt_or_close(op->limit.sleep.rt, fd, &op->io);
+        if (aerr < 0) {
+            *err = aerr;
+            *conn = NULL;
+            return RT_READY;
+        }
+        if (rc == 0)
+            return connect_done(op, conn, err, 0);
+        /* A registration starts optimistic; a connecting socket is not
+         * writable until its handshake ends, so wait for a real edge. */
+        rt__io_clear_ready(op->io, RT__IO_WRITE, 0);
+    }
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(op->io, RT__IO_WRITE, cx, &tick) == RT_READY) {
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            if (getsockopt(op->io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+                soerr = errno;
+            if (soerr != 0)
+                return connect_done(op, conn, err, -soerr);
+            struct sockaddr_storage ss;
+            socklen_t pl = sizeof ss;
+            if (getpeername(op->io->fd, (struct sockaddr *)&ss, &pl) == 0)
+                return connect_done(op, conn, err, 0);
+            if (errno != ENOTCONN)
+                return connect_done(op, conn, err, -errno);
+            /* Not connected yet after all (an edge for something else). */
+            rt__io_clear_ready(op->io, RT__IO_WRITE, tick);
+            continue;
+        }
+        break;
+    }
+    if (op->has_limit) {
+        int terr = 0;
+        if (rt_sleep_poll(&op->limit.sleep, cx, &terr) == RT_READY)
+            return connect_done(op, conn, err, terr < 0 ? terr : -ETIMEDOUT);
+    }
+    return RT_PENDING;
+}
+
+RT_EXPORT void rt_tcp_connect_drop(rt_tcp_connect *op)
+{
+    if (op->io != NULL) {
+        rt_io_close(op->io);
+        op->io = NULL;
+    }
+    rt_timeout_drop(&op->limit);
+}
+
+/* ---- Socket options and addresses ---------------------------------------------- */
+
+RT_EXPORT int rt_tcp_shutdown(rt_io *io, int how)
+{
+    return shutdown(io->fd, how) < 0 ? -errno : 0;
+}
+
+RT_EXPORT int rt_tcp_set_nodelay(rt_io *io, bool on)
+{
+    int v = on ? 1 : 0;
+    return setsockopt(io->fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) < 0 ? -errno : 0;
+}
+
+RT_EXPORT int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
+{
+    *len = sizeof(*addr);
+    return getsockname(io->fd, (struct sockaddr *)addr, len) < 0 ? -errno : 0;
+}
+
+RT_EXPORT int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
+{
+    *len = sizeof(*addr);
+    return getpeername(io->fd, (struct sockaddr *)addr, len) < 0 ? -errno : 0;
+}
+
+/* ---- UDP ------------------------------------------------------------------------- */
+
+RT_EXPORT int rt_udp_bind(rt_runtime *rt, const struct sockaddr *addr, socklen_t len,
+                          unsigned flags, rt_io **out)
+{
+    return bound_socket(rt, addr, len, SOCK_DGRAM, flags, 0, out);
+}
+
+RT_EXPORT int rt_udp_connect(rt_io *io, const struct sockaddr *addr, socklen_t len)
+{
+    return connect(io->fd, addr, len) < 0 ? -errno : 0;
+}
+
+RT_EXPORT rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, size_t len,
+                                 const struct sockaddr *addr, socklen_t addr_len, ssize_t *result)
+{
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        ssize_t n = sendto(io->fd, buf, len, MSG_NOSIGNAL, addr, addr_len);
+        if (n >= 0) {
+            *result = n;
+            return RT_READY;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e != EAGAIN && e != EWOULDBLOCK) {
+            *result = -e;
+            return RT_READY;
+        }
+        rt__io_clear_ready(io, RT__IO_WRITE, tick);
+    }
+}
+
+RT_EXPORT rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t len,
+                                   struct sockaddr_storage *from, socklen_t *from_len,
+                                   ssize_t *result)
+{
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(io, RT__IO_READ, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        ssize_t n = recvfrom(io->fd, buf, len, 0, (struct sockaddr *)&ss, &sl);
+        if (n >= 0) {
+            if (from != NULL)
+                memcpy(from, &ss, sizeof ss);
+            if (from_len != NULL)
+                *from_len = sl;
+            *result = n;
+            return RT_READY;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e != EAGAIN && e != EWOULDBLOCK) {
+            *result = -e;
+            return RT_READY;
+        }
+        rt__io_clear_ready(io, RT__IO_READ, tick);
+    }
+}

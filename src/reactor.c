@@ -1,0 +1,291 @@
+/* The reactor thread: edge-triggered epoll, the timer wheel, batched wakes.
+ * See reactor.h for what it owns.
+ *
+ * One turn:
+ *   1. free the registrations of descriptors closed before this turn began:
+ *      any event naming one came from an epoll_wait that returned before the
+ *      close, and was processed in an earlier turn (Tokio's scheme; the brief
+ *      forbids freeing a registration the reactor may still hold);
+ *   2. take the timer commands (armed or cancelled timers);
+ *   3. advance the wheel to now, gathering the wakes of timers that fired;
+ *   4. flush the wakes: one injector splice, min(woken, parked) unparks;
+ *   5. publish the time it will sleep until, re-check the command queue
+ *      (a Dekker pair with rt__reactor_kick_before: whoever comes second
+ *      sees the other), and epoll_pwait2 until then (ns precision);
+ *   6. record the events: readiness bits and ticks, gathering the wakers.
+ * An idle reactor sleeps in epoll with no timeout: 0% CPU. */
+#include "reactor.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <asyncrt/timer.h>
+
+#include "atomic.h"
+#include "io_internal.h"
+#include "runtime.h"
+#include "timer_internal.h"
+
+#define RT_REACTOR_EVENTS 256
+
+/* data.ptr of the eventfd's registration: never a valid rt_io. */
+static char wakefd_marker;
+
+uint64_t rt__reactor_deadline_ms(const rt__reactor *r, int64_t deadline_ns)
+{
+    int64_t rel = deadline_ns - r->epoch_ns;
+    if (rel <= 0)
+        return 0;
+    return ((uint64_t)rel + 999999) / 1000000;
+}
+
+static uint64_t reactor_now_ms(const rt__reactor *r)
+{
+    int64_t rel = rt_now_ns() - r->epoch_ns;
+    return rel <= 0 ? 0 : (uint64_t)rel / 1000000;
+}
+
+/* ---- Wakes ---------------------------------------------------------------- */
+
+void rt__wake_batch_add(rt__wake_batch *b, rt_waker *w)
+{
+    if (rt_waker_is_noop(w))
+        return;
+    rt_task *t = rt__task_wake_for_batch(w, b->rt);
+    if (t == NULL)
+        return; /* woken directly, or nothing to schedule */
+    if (b->n == RT__WAKE_BATCH)
+        rt__wake_batch_flush(b);
+    b->tasks[b->n++] = t;
+}
+
+void rt__wake_batch_flush(rt__wake_batch *b)
+{
+    if (b->n == 0)
+        return;
+    rt__schedule_batch(b->rt, b->tasks, b->n);
+    b->n = 0;
+}
+
+/* ---- Commands from other threads ---------------------------------------- */
+
+void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms)
+{
+    /* The caller's queue push was a full barrier (the enqueue's exchange):
+     * this load cannot see a sleep published before it that missed the push. */
+    if (deadline_ms >= rt__load_seq_cst_u64(&r->sleeping_until_ms))
+        return;
+    if (rt__fas_u32(&r->kick_pending, 1) != 0)
+        return; /* a kick is already on its way */
+    uint64_t one = 1;
+    /* EAGAIN (counter full) still leaves it readable: the wake happens. */
+    ssize_t n = write(r->wakefd, &one, sizeof one);
+    (void)n;
+}
+
+void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t)
+{
+    /* Already queued: the reactor will read the latest state when it gets
+     * there (it clears `queued` before reading the state). */
+    if (rt__fas_u32(&t->queued, 1) != 0)
+        return;
+    rt__faa_u32(&t->refs, 1); /* the queue's reference */
+    cds_wfcq_node_init(&t->node);
+    rt__tsan_release(&t->node);
+    cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
+    rt__reactor_kick_before(r, t->deadline_ms);
+}
+
+void rt__reactor_release_io(rt__reactor *r, rt_io *io)
+{
+    pthread_mutex_lock(&r->release_lock);
+    io->release_next = r->release_list;
+    r->release_list = io;
+    pthread_mutex_unlock(&r->release_lock);
+}
+
+static void free_released(rt__reactor *r)
+{
+    pthread_mutex_lock(&r->release_lock);
+    rt_io *io = r->release_list;
+    r->release_list = NULL;
+    pthread_mutex_unlock(&r->release_lock);
+    while (io != NULL) {
+        rt_io *next = io->release_next;
+        free(io);
+        io = next;
+    }
+}
+
+static void take_commands(rt__reactor *r)
+{
+    struct cds_wfcq_node *node;
+    /* Single consumer: no dequeue lock needed. A producer caught between its
+     * exchange and its link store ("would block") is finished next turn; it
+     * has already kicked or will find us awake. */
+    while ((node = __cds_wfcq_dequeue_nonblocking(&r->cmd_head, &r->cmd_tail)) != NULL &&
+           node != CDS_WFCQ_WOULDBLOCK) {
+        rt__tsan_acquire(node);
+        rt__timer_command(r, caa_container_of(node, rt__timer, node));
+    }
+}
+
+/* ---- The thread ------------------------------------------------------------ */
+
+/* How long to sleep: until the wheel's next deadline, 0 if commands wait. */
+static bool sleep_spec(rt__reactor *r, struct timespec *ts)
+{
+    uint64_t next = rt__timer_wheel_next_deadline(&r->wheel);
+    /* Publish, then re-check the queue: pairs with rt__reactor_kick_before. */
+    rt__store_seq_cst_u64(&r->sleeping_until_ms, next);
+    if (!cds_wfcq_empty(&r->cmd_head, &r->cmd_tail)) {
+        ts->tv_sec = 0;
+        ts->tv_nsec = 0;
+        return true;
+    }
+    if (next == UINT64_MAX)
+        return false; /* nothing to wait for but events */
+    int64_t wake_ns = r->epoch_ns + (int64_t)(next * 1000000);
+    int64_t left = wake_ns - rt_now_ns();
+    if (left < 0)
+        left = 0;
+    ts->tv_sec = (time_t)(left / 1000000000);
+    ts->tv_nsec = (long)(left % 1000000000);
+    return true;
+}
+
+static void *reactor_main(void *arg)
+{
+    rt_runtime *rt = arg;
+    rt__reactor *r = &rt->reactor;
+    struct epoll_event events[RT_REACTOR_EVENTS];
+    rt__wake_batch *batch = malloc(sizeof(*batch));
+    if (batch == NULL)
+        return NULL; /* rt__reactor_start checked this allocation can succeed */
+    batch->rt = rt;
+    batch->n = 0;
+
+    for (;;) {
+        free_released(r);
+        take_commands(r);
+        rt__timer_wheel_advance(&r->wheel, reactor_now_ms(r), rt__timer_fire, batch);
+        rt__wake_batch_flush(batch);
+        if (rt__load_acquire_u32(&r->stopping))
+            break;
+
+        struct timespec ts;
+        bool bounded = sleep_spec(r, &ts);
+        int n = epoll_pwait2(r->epfd, events, RT_REACTOR_EVENTS, bounded ? &ts : NULL, NULL);
+        rt__store_seq_cst_u64(&r->sleeping_until_ms, 0);
+        if (n < 0)
+            continue; /* EINTR; nothing else can fail with valid arguments */
+        for (int i = 0; i < n; i++) {
+            void *ptr = events[i].data.ptr;
+            if (ptr == &wakefd_marker) {
+                uint64_t count;
+                rt__store_release_u32(&r->kick_pending, 0);
+                ssize_t got = read(r->wakefd, &count, sizeof count);
+                (void)got;
+                continue;
+            }
+            uint32_t ev = events[i].events;
+            unsigned dirs = 0;
+            if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                dirs |= RT__IO_READ;
+            if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+                dirs |= RT__IO_WRITE;
+            rt_waker reader = rt_waker_noop(), writer = rt_waker_noop();
+            rt__io_event(ptr, dirs, &reader, &writer);
+            rt__wake_batch_add(batch, &reader);
+            rt__wake_batch_add(batch, &writer);
+        }
+        rt__wake_batch_flush(batch);
+    }
+    free(batch);
+    return NULL;
+}
+
+int rt__reactor_start(rt_runtime *rt)
+{
+    rt__reactor *r = &rt->reactor;
+    memset(r, 0, sizeof(*r));
+    r->epfd = r->wakefd = -1;
+    r->epoch_ns = rt_now_ns();
+    r->sleeping_until_ms = 0;
+    rt__timer_wheel_init(&r->wheel, 0);
+    __cds_wfcq_init(&r->cmd_head, &r->cmd_tail);
+    int err = -pthread_mutex_init(&r->release_lock, NULL);
+    if (err < 0)
+        return err;
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->epfd < 0)
+        goto fail_errno;
+    r->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->wakefd < 0)
+        goto fail_errno;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &wakefd_marker};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
+        goto fail_errno;
+    /* The thread's batch is allocated by the thread; check memory now so a
+     * failure is an error here, not a silent reactor-less runtime later. */
+    void *probe = malloc(sizeof(rt__wake_batch));
+    if (probe == NULL) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    free(probe);
+    err = -pthread_create(&r->thread, NULL, reactor_main, rt);
+    if (err < 0)
+        goto fail;
+    r->running = true;
+    return 0;
+
+fail_errno:
+    err = -errno;
+fail:
+    if (r->wakefd >= 0)
+        close(r->wakefd);
+    if (r->epfd >= 0)
+        close(r->epfd);
+    r->epfd = r->wakefd = -1;
+    pthread_mutex_destroy(&r->release_lock);
+    return err;
+}
+
+static void drop_timer_entry(rt__timer_entry *entry, void *arg)
+{
+    (void)arg;
+    /* The wheel's reference; the waker is dropped with the last one. */
+    rt__timer_unref(caa_container_of(entry, rt__timer, entry));
+}
+
+void rt__reactor_stop(rt_runtime *rt)
+{
+    rt__reactor *r = &rt->reactor;
+    if (r->running) {
+        rt__store_release_u32(&r->stopping, 1);
+        rt__store_seq_cst_u64(&r->sleeping_until_ms, UINT64_MAX);
+        rt__store_release_u32(&r->kick_pending, 0);
+        rt__reactor_kick_before(r, 0);
+        pthread_join(r->thread, NULL);
+        r->running = false;
+    }
+    /* Every future has been dropped by now (shutdown cancelled the tasks),
+     * so what is left holds only queue and wheel references. */
+    take_commands(r);
+    rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, drop_timer_entry, NULL);
+    free_released(r);
+    if (r->wakefd >= 0)
+        close(r->wakefd);
+    if (r->epfd >= 0)
+        close(r->epfd);
+    r->epfd = r->wakefd = -1;
+    pthread_mutex_destroy(&r->release_lock);
+}

@@ -1,0 +1,88 @@
+/* The reactor: one thread per runtime running edge-triggered epoll and the
+ * timer wheel, waking tasks through their wakers. Internal, not installed.
+ *
+ * What it owns: the epoll descriptor, an eventfd other threads write to wake
+ * it, the timer wheel, a command queue of timers that workers armed or
+ * cancelled, and a list of closed descriptors' registrations waiting to be
+ * freed. Wakes gathered during one turn are flushed together: the runtime's
+ * own tasks go onto the injector in one splice, with min(woken, parked)
+ * workers unparked. */
+#ifndef RT_SRC_REACTOR_H
+#define RT_SRC_REACTOR_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu/wfcqueue.h>
+
+#include <asyncrt/future.h>
+#include <asyncrt/runtime.h>
+
+#include "common.h"
+#include "spinlock.h"
+#include "timer_wheel.h"
+
+struct rt_io;
+struct rt__timer;
+
+typedef struct rt__reactor {
+    int epfd;              /* the epoll instance */
+    int wakefd;            /* eventfd: a write wakes the reactor */
+    pthread_t thread;      /* the reactor thread */
+    bool running;          /* the thread was started and not joined yet */
+    int64_t epoch_ns;      /* rt_now_ns() at start: time 0 of the wheel */
+    rt__timer_wheel wheel; /* reactor thread only */
+
+    /* Timers armed or cancelled by other threads (MPSC; the reactor is the
+     * only consumer, so it dequeues without a lock). */
+    RT_ALIGNED_CACHELINE struct __cds_wfcq_head cmd_head;
+    struct cds_wfcq_tail cmd_tail;
+
+    /* The wheel time (ms) the reactor sleeps until, UINT64_MAX for no
+     * timeout, 0 while it is awake and will look at the commands anyway.
+     * A thread that arms an earlier timer kicks it (see timer.c). */
+    RT_ALIGNED_CACHELINE uint64_t sleeping_until_ms;
+    /* 1 while an eventfd write is pending: kicks are not repeated. */
+    uint32_t kick_pending;
+    /* Set by rt__reactor_stop. */
+    uint32_t stopping;
+
+    /* Registrations of closed descriptors, freed at the top of the next turn
+     * (the reactor may hold an event naming one from epoll_wait). */
+    pthread_mutex_t release_lock;
+    struct rt_io *release_list;
+} rt__reactor;
+
+/* Starts the reactor of `rt` (epoll, eventfd, thread). Returns 0 or -errno. */
+int rt__reactor_start(rt_runtime *rt);
+/* Stops and joins the thread, frees queued timers and released
+ * registrations, closes its descriptors. */
+void rt__reactor_stop(rt_runtime *rt);
+
+/* Wakes the reactor if it sleeps past `deadline_ms` (wheel time). */
+void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms);
+/* Queues a timer command (see timer.c). */
+void rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t);
+/* Hands a closed descriptor's registration over for freeing. */
+void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
+
+/* Wheel time (ms) of an absolute rt_now_ns() deadline, rounded up so a timer
+ * never fires before it. */
+uint64_t rt__reactor_deadline_ms(const rt__reactor *r, int64_t deadline_ns);
+
+/* Collects wakes made on the reactor thread, flushed once per turn. */
+#define RT__WAKE_BATCH 512
+typedef struct rt__wake_batch {
+    rt_runtime *rt;
+    unsigned n; /* tasks gathered */
+    struct rt_task *tasks[RT__WAKE_BATCH];
+} rt__wake_batch;
+
+/* Wakes (consumes) `w`: the runtime's own tasks are gathered into the batch,
+ * other wakers are woken at once. */
+void rt__wake_batch_add(rt__wake_batch *b, rt_waker *w);
+/* Schedules the gathered tasks. */
+void rt__wake_batch_flush(rt__wake_batch *b);
+
+#endif

@@ -1,0 +1,39 @@
+/* A small test-and-test-and-set spinlock for critical sections of a few
+ * instructions (a waker slot). Built on the atomics layer, so TSan sees it:
+ * the CAS that takes the lock is the acquire, the store that releases it the
+ * release. After a few spins it yields the CPU, since on a two-core machine
+ * the holder may be preempted. Internal, not installed. */
+#ifndef RT_SRC_SPINLOCK_H
+#define RT_SRC_SPINLOCK_H
+
+#include <sched.h>
+#include <stdint.h>
+
+#include "atomic.h"
+
+typedef struct rt__spinlock {
+    uint32_t held; /* 0 free, 1 held */
+} rt__spinlock;
+
+static inline void rt__spin_lock(rt__spinlock *l)
+{
+    unsigned spins = 0;
+    for (;;) {
+        uint32_t expected = 0;
+        if (rt__cas_u32(&l->held, &expected, 1))
+            return;
+        while (rt__load_relaxed_u32(&l->held) != 0) {
+            if (++spins < 64)
+                rt__cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+}
+
+static inline void rt__spin_unlock(rt__spinlock *l)
+{
+    rt__store_release_u32(&l->held, 0);
+}
+
+#endif
