@@ -140,17 +140,18 @@ void rt__task_cancel_at_shutdown(rt_task *t);
  * keeping locks and shared cache lines off the completion path, this frees
  * most tasks on the thread that allocated them, which malloc likes. */
 typedef struct rt__registry {
-    rt_task **tasks;         /* registered tasks, unordered */
-    uint32_t len;            /* entries in use */
-    uint32_t cap;            /* entries allocated */
-    uint32_t sweep_at;       /* sweep when len reaches this */
-    uint64_t spawned;        /* tasks ever registered (relaxed; read by metrics) */
-    uint64_t polls_at_sweep; /* the sweeper's poll count at the last sweep */
+    rt_task **tasks;            /* registered tasks, unordered */
+    uint32_t len;               /* entries in use */
+    uint32_t cap;               /* entries allocated */
+    uint32_t sweep_at;          /* sweep when len reaches this */
+    uint64_t finished_at_sweep; /* the runtime's finished tasks then (a hint) */
+    uint64_t spawned;           /* tasks ever registered (relaxed; read by metrics) */
+    uint64_t polls_at_sweep;    /* the sweeper's poll count at the last sweep */
 } rt__registry;
 
 /* Registers `t` (taking over one of its references). Sweeps or grows when
  * full. -ENOMEM when it cannot grow. Caller: the owner / the shard lock. */
-int rt__registry_insert(rt__registry *r, rt_task *t, rt__block_cache *cache);
+int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_cache *cache);
 /* Drops the references of the COMPLETE tasks; blocks freed go to `cache`.
  * Caller: owner / shard lock. */
 void rt__registry_sweep(rt__registry *r, rt__block_cache *cache);

@@ -218,7 +218,7 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
     t->join_waker = rt_waker_noop();
     if (size > 0)
         memcpy(t->future_state, state, size);
-    err = rt__registry_insert(registry, t, cache);
+    err = rt__registry_insert(rt, registry, t, cache);
     if (err < 0) {
         rt__task_recycle(cache, t);
         t = NULL;
