@@ -17,7 +17,14 @@
  * futex. The completion signal is a countdown latch: every finishing task
  * decrements it and the one reaching zero wakes the waiter through its waker.
  *
- * Correctness is checked after each repetition (counts, fib's value) and once
+ * tcp_echo is timed by its load generator instead: the echo server runs as
+ * tasks on the runtime, in this process, and a separate client process
+ * (asyncrt-echo-client, fork+exec'd for each repetition) times its own round
+ * trips and prints them; see the tcp_echo section. `--echo-server PORT` runs
+ * that server alone until SIGINT or SIGTERM.
+ *
+ * Correctness is checked after each repetition (counts, fib's value, timers
+ * that never fire early, echoed bytes: the client compares them) and once
  * more after shutdown, when the runtime's metrics are exact: every task this
  * program spawned must have completed, none cancelled. Any failure prints a
  * message and exits 1; a repetition that does not finish within --rep-timeout
@@ -27,11 +34,15 @@
 #include <asyncrt.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,28 +63,42 @@
 
 /* Workload sizes; the defaults are the spec's reference values. */
 struct params {
-    uint64_t spawn_n;     /* spawn_local / spawn_remote: N tasks */
-    uint64_t yield_tasks; /* yield_many: T tasks */
-    uint64_t yields;      /* yield_many: Y yields per task */
-    uint64_t chain;       /* chained_spawn: D tasks in the chain */
-    uint64_t fib_n;       /* fork_join: fib(n) */
+    uint64_t spawn_n;        /* spawn_local / spawn_remote: N tasks */
+    uint64_t yield_tasks;    /* yield_many: T tasks */
+    uint64_t yields;         /* yield_many: Y yields per task */
+    uint64_t chain;          /* chained_spawn: D tasks in the chain */
+    uint64_t fib_n;          /* fork_join: fib(n) */
+    uint64_t timers_n;       /* timers: N sleeping tasks */
+    uint64_t tcp_conns;      /* tcp_echo: C connections */
+    uint64_t tcp_msgs;       /* tcp_echo: M round trips per connection */
+    uint64_t tcp_size;       /* tcp_echo: bytes per message */
+    const char *echo_client; /* tcp_echo: path of asyncrt-echo-client */
 };
 
-/* What one repetition measured and how many tasks it spawned (counted here so
- * that the runtime's exact totals can be checked after shutdown). */
-struct rep_result {
-    uint64_t elapsed_ns;
-    uint64_t tasks_spawned;
-};
-
-/* Room for the extra fields of the workloads still to come (timers:
- * total_ms and lateness percentiles; tcp_echo: round-trip percentiles). */
+/* Room for the extra fields (timers: total_ms and three lateness
+ * percentiles; tcp_echo: two round-trip percentiles). */
 #define MAX_EXTRAS 4
 
 struct extra_field {
     const char *name;
     double value;
 };
+
+/* What one repetition measured and how many tasks it spawned (counted here so
+ * that the runtime's exact totals can be checked after shutdown), plus the
+ * workload's extra fields, if any. */
+struct rep_result {
+    uint64_t elapsed_ns;
+    uint64_t tasks_spawned;
+    struct extra_field extras[MAX_EXTRAS];
+    unsigned n_extras;
+};
+
+static void add_extra(struct rep_result *r, const char *name, double value)
+{
+    if (r->n_extras < MAX_EXTRAS)
+        r->extras[r->n_extras++] = (struct extra_field){name, value};
+}
 
 /* The reported figures of one workload. */
 struct summary {
@@ -207,6 +233,13 @@ static void thread_latch_count_down(struct thread_latch *l, uint64_t k)
     }
 }
 
+/* Adds `k` to a count that cannot reach zero meanwhile (its caller holds one
+ * of the counts itself). */
+static void thread_latch_add(struct thread_latch *l, uint64_t k)
+{
+    atomic_fetch_add_explicit(&l->remaining, k, memory_order_relaxed);
+}
+
 static void thread_latch_wait(struct thread_latch *l)
 {
     while (atomic_load_explicit(&l->done, memory_order_acquire) == 0)
@@ -282,7 +315,7 @@ static rt_poll spawn_local_root_poll(void *state, rt_context *cx, void **out)
 
 static struct rep_result run_spawn_local(rt_runtime *rt, const struct params *p)
 {
-    struct rep_result res = {0, 1}; /* the orchestrator is a task too */
+    struct rep_result res = {.tasks_spawned = 1}; /* the orchestrator is a task too */
     struct spawn_local_root root = {.n = p->spawn_n, .result = &res};
     block_on(rt, "spawn_local", spawn_local_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != p->spawn_n + 1)
@@ -313,7 +346,7 @@ static rt_poll remote_counter_task_poll(void *state, rt_context *cx, void **out)
 
 static struct rep_result run_spawn_remote(rt_runtime *rt, const struct params *p)
 {
-    struct rep_result res = {0, 0};
+    struct rep_result res = {.tasks_spawned = 0};
     struct remote_counter_task task = {&g_remote_latch};
     thread_latch_init(&g_remote_latch, p->spawn_n);
 
@@ -404,7 +437,7 @@ static rt_poll yield_many_root_poll(void *state, rt_context *cx, void **out)
 
 static struct rep_result run_yield_many(rt_runtime *rt, const struct params *p)
 {
-    struct rep_result res = {0, 1};
+    struct rep_result res = {.tasks_spawned = 1};
     uint64_t yields_seen = 0;
     /* The task gets a copy of this state: the yielders point into that copy. */
     struct yield_many_root root = {
@@ -476,7 +509,7 @@ static rt_poll chained_spawn_root_poll(void *state, rt_context *cx, void **out)
 
 static struct rep_result run_chained_spawn(rt_runtime *rt, const struct params *p)
 {
-    struct rep_result res = {0, 1 + p->chain};
+    struct rep_result res = {.tasks_spawned = 1 + p->chain};
     struct chained_spawn_root root = {.depth = p->chain, .result = &res};
     block_on(rt, "chained_spawn", chained_spawn_root_poll, NULL, &root, sizeof root);
     /* A failed spawn was reported by its task and is caught by the caller
@@ -593,7 +626,7 @@ static uint64_t fork_join_tasks(uint64_t n)
 
 static struct rep_result run_fork_join(rt_runtime *rt, const struct params *p)
 {
-    struct rep_result res = {0, 1 + fork_join_tasks(p->fib_n)};
+    struct rep_result res = {.tasks_spawned = 1 + fork_join_tasks(p->fib_n)};
     uint64_t value = UINT64_MAX;
     struct fork_join_root root = {.n = p->fib_n, .fib_value = &value, .result = &res};
     block_on(rt, "fork_join", fork_join_root_poll, fork_join_root_drop, &root, sizeof root);
@@ -601,6 +634,400 @@ static struct rep_result run_fork_join(rt_runtime *rt, const struct params *p)
     if (value != want)
         fail("fork_join: fib(%" PRIu64 ") computed as %" PRIu64 ", expected %" PRIu64, p->fib_n,
              value, want);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* timers: N tasks; task i sleeps d_i = 1 + (i*7919 mod 50) ms with          */
+/* rt_sleep, then records how late it woke (wake time minus deadline) and    */
+/* completes. Time: from the first spawn until all N have finished.          */
+/* ------------------------------------------------------------------------ */
+
+/* Fits the 64 bytes of a cached task block. */
+struct sleeper {
+    rt_coro co;
+    uint32_t index;
+    bool armed; /* the sleep was initialised: the drop releases it */
+    int err;
+    rt_sleep sleep;
+    int64_t *late_ns; /* the main thread's array of N */
+    struct task_latch *latch;
+};
+
+/* The one place the sleep's timer is released, whether the task completed
+ * or was cancelled in the middle of its sleep. */
+static void sleeper_drop(void *state)
+{
+    struct sleeper *s = state;
+    if (s->armed)
+        rt_sleep_drop(&s->sleep);
+}
+
+static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
+{
+    struct sleeper *s = state;
+    RT_CORO_BEGIN(&s->co);
+    {
+        int64_t ms = 1 + (int64_t)((uint64_t)s->index * 7919 % 50);
+        int err = rt_sleep_init(&s->sleep, NULL, ms * 1000000);
+        if (err < 0) {
+            task_failed("timers: rt_sleep_init", err);
+            task_latch_count_down(s->latch, 1);
+            RT_RETURN(&s->co, out, NULL);
+        }
+        s->armed = true;
+    }
+    RT_AWAIT(&s->co, rt_sleep_poll(&s->sleep, cx, &s->err));
+    /* Written before the count-down, whose release publishes it. */
+    s->late_ns[s->index] = rt_now_ns() - s->sleep.deadline_ns;
+    if (s->err < 0)
+        task_failed("timers: rt_sleep_poll", s->err);
+    task_latch_count_down(s->latch, 1);
+    RT_CORO_END(&s->co, out);
+}
+
+struct timers_root {
+    rt_coro co;
+    uint64_t n;
+    uint64_t t0;
+    int64_t *late_ns;
+    struct rep_result *result;
+    struct task_latch latch;
+};
+
+static rt_poll timers_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct timers_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    task_latch_init(&r->latch, r->n, cx);
+    r->t0 = now_ns();
+    {
+        const uint64_t n = r->n; /* locals: see spawn_local_root_poll */
+        uint64_t spawned = 0;
+        struct sleeper child = {.late_ns = r->late_ns, .latch = &r->latch};
+        for (; spawned < n; spawned++) {
+            child.index = (uint32_t)spawned;
+            int err = RT_SPAWN(NULL, sleeper_poll, sleeper_drop, &child, NULL);
+            if (err < 0) {
+                task_failed("timers: rt_spawn", err);
+                task_latch_count_down(&r->latch, n - spawned);
+                break;
+            }
+        }
+        r->result->tasks_spawned += spawned;
+    }
+    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    RT_CORO_END(&r->co, out);
+}
+
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest rank: the smallest value with at least pct % of all at or below it. */
+static int64_t percentile_i64(const int64_t *sorted, uint64_t n, unsigned pct)
+{
+    uint64_t rank = (n * pct + 99) / 100;
+    return sorted[(rank < 1 ? 1 : rank) - 1];
+}
+
+static struct rep_result run_timers(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {.tasks_spawned = 1};
+    const uint64_t n = p->timers_n;
+    int64_t *late = malloc(n * sizeof *late);
+    if (!late)
+        fail("out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        late[i] = INT64_MIN; /* "never woke" */
+    struct timers_root root = {.n = n, .late_ns = late, .result = &res};
+    block_on(rt, "timers", timers_root_poll, NULL, &root, sizeof root);
+    if (res.tasks_spawned != n + 1)
+        fail("timers: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1, n);
+
+    qsort(late, n, sizeof *late, compare_i64);
+    if (late[0] == INT64_MIN)
+        fail("timers: a task finished without recording its wake-up");
+    if (late[0] < 0)
+        fail("timers: a sleep ended %.1f us before its deadline (timer.h: never early)",
+             (double)-late[0] / 1e3);
+    add_extra(&res, "total_ms", (double)res.elapsed_ns / 1e6);
+    add_extra(&res, "late_p50_us", (double)percentile_i64(late, n, 50) / 1e3);
+    add_extra(&res, "late_p99_us", (double)percentile_i64(late, n, 99) / 1e3);
+    add_extra(&res, "late_max_us", (double)late[n - 1] / 1e3);
+    free(late);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tcp_echo: an echo server on 127.0.0.1, as tasks on the runtime (an        */
+/* acceptor, one task per connection that reads up to 4 KiB and writes it    */
+/* all back), driven by asyncrt-echo-client in a separate process: C         */
+/* connections, M sequential round trips of S bytes each. The client times   */
+/* the round trips; ns per op = its total time / (C*M).                      */
+/* ------------------------------------------------------------------------ */
+
+/* The server's live tasks: the acceptor counts one until it has stopped, each
+ * connection one until its drop. Static, like g_remote_latch, because the
+ * last count-down wakes the futex after releasing the waiter. */
+static struct thread_latch g_server_latch;
+
+/* In the workload every connection error is a failure; a standalone server
+ * (--echo-server) just closes the connection. */
+static bool g_echo_strict;
+
+struct echo_conn {
+    rt_coro co;
+    rt_io *io;
+    ssize_t got;     /* last read: bytes, 0 at end of stream, or -errno */
+    size_t progress; /* rt_io_write_all's bookmark */
+    ssize_t written; /* its result */
+    unsigned char buf[4096];
+};
+
+static void echo_conn_drop(void *state)
+{
+    struct echo_conn *c = state;
+    rt_io_close(c->io);
+    thread_latch_count_down(&g_server_latch, 1);
+}
+
+static rt_poll echo_conn_poll(void *state, rt_context *cx, void **out)
+{
+    struct echo_conn *c = state;
+    RT_CORO_BEGIN(&c->co);
+    for (;;) {
+        RT_AWAIT(&c->co, rt_io_read(c->io, cx, c->buf, sizeof c->buf, &c->got));
+        if (c->got <= 0)
+            break;
+        c->progress = 0;
+        RT_AWAIT(&c->co,
+                 rt_io_write_all(c->io, cx, c->buf, (size_t)c->got, &c->progress, &c->written));
+        if (c->written < 0) {
+            c->got = c->written;
+            break;
+        }
+    }
+    if (c->got < 0 && g_echo_strict)
+        task_failed("tcp_echo: connection", (int)c->got);
+    RT_CORO_END(&c->co, out);
+}
+
+struct echo_acceptor {
+    rt_coro co;
+    rt_io *listener;
+    rt_io *stop; /* read end of a pipe: anything readable (end of stream) stops */
+    bool stopping;
+    char stop_byte;
+    ssize_t stop_read;
+    rt_io *conn; /* the connection just accepted */
+    int err;
+    uint64_t *conns_spawned; /* the caller's count; written by this task only */
+};
+
+static void echo_acceptor_drop(void *state)
+{
+    struct echo_acceptor *a = state;
+    rt_io_close(a->listener);
+    rt_io_close(a->stop);
+    thread_latch_count_down(&g_server_latch, 1);
+}
+
+/* RT_READY when asked to stop (a->stopping) or when accept has a result. */
+static rt_poll echo_accept_or_stop(struct echo_acceptor *a, rt_context *cx)
+{
+    if (rt_io_read(a->stop, cx, &a->stop_byte, 1, &a->stop_read) == RT_READY) {
+        a->stopping = true;
+        return RT_READY;
+    }
+    return rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err);
+}
+
+static rt_poll echo_acceptor_poll(void *state, rt_context *cx, void **out)
+{
+    struct echo_acceptor *a = state;
+    RT_CORO_BEGIN(&a->co);
+    for (;;) {
+        RT_AWAIT(&a->co, echo_accept_or_stop(a, cx));
+        if (a->stopping) {
+            if (a->stop_read < 0)
+                task_failed("tcp_echo: reading the stop pipe", (int)a->stop_read);
+            break;
+        }
+        if (a->err < 0) {
+            task_failed("tcp_echo: rt_tcp_accept", a->err);
+            break; /* the client then fails too, and says so */
+        }
+        int err = rt_tcp_set_nodelay(a->conn, true);
+        if (err < 0)
+            task_failed("tcp_echo: rt_tcp_set_nodelay", err);
+        thread_latch_add(&g_server_latch, 1);
+        struct echo_conn c = {.io = a->conn};
+        err = RT_SPAWN(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
+        if (err < 0) {
+            task_failed("tcp_echo: rt_spawn", err);
+            rt_io_close(a->conn);
+            thread_latch_count_down(&g_server_latch, 1); /* never zero: we hold one */
+            continue;
+        }
+        (*a->conns_spawned)++;
+    }
+    RT_CORO_END(&a->co, out);
+}
+
+struct echo_server {
+    uint16_t port; /* the one bound */
+    int stop_fd;   /* write end of the stop pipe: closing it stops the acceptor */
+};
+
+/* Listens on 127.0.0.1:port (0: any free port) and spawns the acceptor, which
+ * counts the connection tasks it spawns into *conns_spawned. */
+static struct echo_server echo_server_start(rt_runtime *rt, uint16_t port, uint64_t *conns_spawned)
+{
+    struct sockaddr_storage addr;
+    socklen_t len;
+    int err = rt_net_addr("127.0.0.1", port, &addr, &len);
+    if (err < 0)
+        fail("tcp_echo: rt_net_addr: %s", rt_strerror(err));
+    struct echo_acceptor a = {.conns_spawned = conns_spawned};
+    err = rt_tcp_listen(rt, (struct sockaddr *)&addr, len, 1024, RT_NET_REUSEADDR, &a.listener);
+    if (err < 0)
+        fail("tcp_echo: rt_tcp_listen on 127.0.0.1:%u: %s", port, rt_strerror(err));
+    len = sizeof addr;
+    err = rt_net_local_addr(a.listener, &addr, &len);
+    if (err < 0)
+        fail("tcp_echo: rt_net_local_addr: %s", rt_strerror(err));
+
+    int stop[2];
+    if (pipe2(stop, O_CLOEXEC) < 0)
+        fail("tcp_echo: pipe2: %s", strerror(errno));
+    err = rt_io_open(rt, stop[0], &a.stop);
+    if (err < 0)
+        fail("tcp_echo: rt_io_open (pipe): %s", rt_strerror(err));
+
+    thread_latch_init(&g_server_latch, 1);
+    err = RT_SPAWN(rt, echo_acceptor_poll, echo_acceptor_drop, &a, NULL);
+    if (err < 0)
+        fail("tcp_echo: rt_spawn: %s", rt_strerror(err));
+    return (struct echo_server){ntohs(((struct sockaddr_in *)&addr)->sin_port), stop[1]};
+}
+
+/* Stops accepting and waits until every task of the server has finished
+ * (the connections end when their clients close them). */
+static void echo_server_stop(struct echo_server *s)
+{
+    close(s->stop_fd);
+    thread_latch_wait(&g_server_latch);
+}
+
+/* The running client, for the watchdog to kill (0: none). */
+static volatile pid_t g_client_pid;
+
+/* Runs the client to its end and returns its stdout (one line) in `line`.
+ * Its stderr is ours. Fails the program unless it exits with status 0. */
+static void run_echo_client(const struct params *p, uint16_t port, char *line, size_t cap)
+{
+    char port_s[8], conns_s[24], msgs_s[24], size_s[24];
+    snprintf(port_s, sizeof port_s, "%u", port);
+    snprintf(conns_s, sizeof conns_s, "%" PRIu64, p->tcp_conns);
+    snprintf(msgs_s, sizeof msgs_s, "%" PRIu64, p->tcp_msgs);
+    snprintf(size_s, sizeof size_s, "%" PRIu64, p->tcp_size);
+    char *args[] = {(char *)p->echo_client, "127.0.0.1", port_s, conns_s, msgs_s, size_s, NULL};
+
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) < 0)
+        fail("tcp_echo: pipe2: %s", strerror(errno));
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);
+    if (posix_spawn_file_actions_init(&actions) != 0 ||
+        posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO) != 0 ||
+        posix_spawnattr_init(&attr) != 0 || posix_spawnattr_setsigmask(&attr, &none) != 0 ||
+        posix_spawnattr_setsigdefault(&attr, &defaults) != 0 ||
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF) != 0)
+        fail("tcp_echo: posix_spawn set-up failed");
+    extern char **environ;
+    pid_t pid;
+    int err = posix_spawn(&pid, p->echo_client, &actions, &attr, args, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    close(out[1]);
+    if (err != 0)
+        fail("tcp_echo: cannot run %s: %s", p->echo_client, strerror(err));
+    g_client_pid = pid;
+
+    size_t used = 0;
+    for (;;) {
+        char sink[256];
+        char *to = used + 1 < cap ? line + used : sink;
+        size_t room = used + 1 < cap ? cap - 1 - used : sizeof sink;
+        ssize_t n = read(out[0], to, room);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (to == line + used)
+            used += (size_t)n;
+    }
+    line[used] = '\0';
+    close(out[0]);
+
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            fail("tcp_echo: waitpid: %s", strerror(errno));
+    g_client_pid = 0;
+    if (WIFSIGNALED(status))
+        fail("tcp_echo: the client (%s) was killed by signal %d", p->echo_client, WTERMSIG(status));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("tcp_echo: the client (%s) exited with status %d", p->echo_client,
+             WEXITSTATUS(status));
+}
+
+/* The value of ` name=` in the client's line. */
+static double echo_field(const char *line, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *at = strstr(line, name); at; at = strstr(at + 1, name)) {
+        if (at > line && at[-1] == ' ' && at[len] == '=') {
+            char *end;
+            double v = strtod(at + len + 1, &end);
+            if (end != at + len + 1)
+                return v;
+        }
+    }
+    fail("tcp_echo: no %s= in the client's output: '%s'", name, line);
+}
+
+static struct rep_result run_tcp_echo(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {.tasks_spawned = 1}; /* the acceptor */
+    uint64_t conns = 0;
+    struct echo_server server = echo_server_start(rt, 0, &conns);
+    char line[512];
+    run_echo_client(p, server.port, line, sizeof line);
+    echo_server_stop(&server);
+    res.tasks_spawned += conns;
+
+    if (strncmp(line, "echo ", 5) != 0)
+        fail("tcp_echo: unexpected output from the client: '%s'", line);
+    if (echo_field(line, "conns") != (double)p->tcp_conns ||
+        echo_field(line, "msgs") != (double)p->tcp_msgs)
+        fail("tcp_echo: the client did other work than asked: '%s'", line);
+    if (conns != p->tcp_conns)
+        fail("tcp_echo: the server accepted %" PRIu64 " connections, the client opened %" PRIu64,
+             conns, p->tcp_conns);
+    res.elapsed_ns = (uint64_t)(echo_field(line, "total_s") * 1e9 + 0.5);
+    add_extra(&res, "rtt_p50_us", echo_field(line, "rtt_p50_us"));
+    add_extra(&res, "rtt_p99_us", echo_field(line, "rtt_p99_us"));
     return res;
 }
 
@@ -631,12 +1058,18 @@ static uint64_t ops_fork_join(const struct params *p)
 {
     return fork_join_tasks(p->fib_n);
 }
+static uint64_t ops_timers(const struct params *p)
+{
+    return p->timers_n;
+}
+static uint64_t ops_tcp_echo(const struct params *p)
+{
+    return p->tcp_conns * p->tcp_msgs;
+}
 
 /* In the spec's order, which is also the order they run in.
- * TODO: ping_pong (P pairs, two single-slot channels per pair), timers (adds
- * the extra fields total_ms, late_p50_us, late_p99_us, late_max_us through
- * summary.extras) and tcp_echo (an echo server plus the external echo client;
- * extras rtt_p50_us, rtt_p99_us) plug in here: give them `run` and `ops`. */
+ * TODO: ping_pong (P pairs, two single-slot channels per pair) plugs in here
+ * once channels exist: give it `run` and `ops`. */
 static const struct workload WORKLOADS[] = {
     {"spawn_local", run_spawn_local, ops_spawn},
     {"spawn_remote", run_spawn_remote, ops_spawn},
@@ -644,8 +1077,8 @@ static const struct workload WORKLOADS[] = {
     {"ping_pong", NULL, NULL},
     {"chained_spawn", run_chained_spawn, ops_chained_spawn},
     {"fork_join", run_fork_join, ops_fork_join},
-    {"timers", NULL, NULL},
-    {"tcp_echo", NULL, NULL},
+    {"timers", run_timers, ops_timers},
+    {"tcp_echo", run_tcp_echo, ops_tcp_echo},
 };
 #define N_WORKLOADS (sizeof WORKLOADS / sizeof WORKLOADS[0])
 
@@ -662,14 +1095,24 @@ static char g_watchdog_msg[160];
 static void watchdog_fired(int sig)
 {
     (void)sig;
+    pid_t client = g_client_pid;
+    if (client > 0)
+        kill(client, SIGKILL); /* leave no client running */
     ssize_t ignored = write(STDERR_FILENO, g_watchdog_msg, strlen(g_watchdog_msg));
     (void)ignored;
     _exit(1);
 }
 
-static int compare_doubles(const void *a, const void *b)
+/* One measured repetition. */
+struct rep_sample {
+    double ns_per_op;
+    struct rep_result result;
+};
+
+static int compare_samples(const void *a, const void *b)
 {
-    double x = *(const double *)a, y = *(const double *)b;
+    double x = ((const struct rep_sample *)a)->ns_per_op;
+    double y = ((const struct rep_sample *)b)->ns_per_op;
     return (x > y) - (x < y);
 }
 
@@ -680,8 +1123,8 @@ static struct summary measure(rt_runtime *rt, const struct workload *w, const st
                               unsigned reps, unsigned rep_timeout_s, bool verbose)
 {
     uint64_t ops = w->ops(p);
-    double *ns_per_op = calloc(reps, sizeof *ns_per_op);
-    if (!ns_per_op)
+    struct rep_sample *samples = calloc(reps, sizeof *samples);
+    if (!samples)
         fail("out of memory");
 
     for (unsigned rep = 0; rep <= reps; rep++) { /* rep 0 is the warm-up */
@@ -696,24 +1139,35 @@ static struct summary measure(rt_runtime *rt, const struct workload *w, const st
             fail("%s repetition %u: a task failed (see above)", w->name, rep);
         g_tasks_spawned += r.tasks_spawned;
         double per_op = (double)r.elapsed_ns / (double)ops;
-        if (verbose)
-            fprintf(stderr, "# %s %s %u: %.3f ms, %.1f ns/op\n", w->name,
+        if (verbose) {
+            fprintf(stderr, "# %s %s %u: %.3f ms, %.1f ns/op", w->name,
                     rep == 0 ? "warm-up" : "rep", rep, (double)r.elapsed_ns / 1e6, per_op);
+            for (unsigned i = 0; i < r.n_extras; i++)
+                fprintf(stderr, " %s=%.1f", r.extras[i].name, r.extras[i].value);
+            fputc('\n', stderr);
+        }
         if (rep > 0)
-            ns_per_op[rep - 1] = per_op;
+            samples[rep - 1] = (struct rep_sample){per_op, r};
     }
 
-    qsort(ns_per_op, reps, sizeof *ns_per_op, compare_doubles);
+    qsort(samples, reps, sizeof *samples, compare_samples);
     struct summary s = {
         .workload = w->name,
         .workers = rt_runtime_workers(rt),
         .ops = ops,
         .median_ns_per_op =
-            reps % 2 ? ns_per_op[reps / 2] : (ns_per_op[reps / 2 - 1] + ns_per_op[reps / 2]) / 2,
-        .min_ns_per_op = ns_per_op[0],
-        .max_ns_per_op = ns_per_op[reps - 1],
+            reps % 2 ? samples[reps / 2].ns_per_op
+                     : (samples[reps / 2 - 1].ns_per_op + samples[reps / 2].ns_per_op) / 2,
+        .min_ns_per_op = samples[0].ns_per_op,
+        .max_ns_per_op = samples[reps - 1].ns_per_op,
     };
-    free(ns_per_op);
+    /* The extra fields are those of the median repetition (the lower middle
+     * one for an even count), so that they belong to one real run. */
+    const struct rep_result *mid = &samples[(reps - 1) / 2].result;
+    for (unsigned i = 0; i < mid->n_extras; i++)
+        s.extras[i] = mid->extras[i];
+    s.n_extras = mid->n_extras;
+    free(samples);
     return s;
 }
 
@@ -761,6 +1215,7 @@ static void write_json(const char *path, const struct summary *s, size_t n)
 
 static const char USAGE[] =
     "usage: " PROG " [options]\n"
+    "       " PROG " --echo-server PORT [--workers W]\n"
     "  --only NAME[,NAME...]  run only these workloads (default: all)\n"
     "  --workers W            worker threads (default: online CPUs)\n"
     "  --reps R               measured repetitions, after 1 warm-up (default 5)\n"
@@ -770,12 +1225,21 @@ static const char USAGE[] =
     "  --yields Y             yield_many: yields per task (default 1000)\n"
     "  --chain D              chained_spawn: chain length (default 100000)\n"
     "  --fib N                fork_join: fib(N) (default 27)\n"
+    "  --timers-n N           timers: sleeping tasks (default 100000)\n"
+    "  --tcp-conns C          tcp_echo: connections (default 64)\n"
+    "  --tcp-msgs M           tcp_echo: round trips per connection (default 10000)\n"
+    "  --tcp-size S           tcp_echo: bytes per message (default 64)\n"
+    "  --echo-client PATH     tcp_echo: the load generator (default: the\n"
+    "                         asyncrt-echo-client next to this program)\n"
+    "  --echo-server PORT     only serve echo on 127.0.0.1:PORT (0: any free\n"
+    "                         port) with the tcp_echo server, printing\n"
+    "                         'listening 127.0.0.1:PORT', until SIGINT/SIGTERM\n"
     "  --rep-timeout S        fail a repetition that takes over S seconds\n"
     "                         (default 60; 0: no limit)\n"
     "  --verbose              per-repetition times and runtime metrics on stderr\n"
     "  --help                 this text\n"
-    "workloads: spawn_local spawn_remote yield_many chained_spawn fork_join\n"
-    "           (not written yet: ping_pong timers tcp_echo)\n";
+    "workloads: spawn_local spawn_remote yield_many chained_spawn fork_join timers\n"
+    "           tcp_echo (not written yet: ping_pong)\n";
 
 static _Noreturn void usage_error(const char *fmt, ...)
 {
@@ -805,6 +1269,7 @@ struct options {
     unsigned rep_timeout_s;
     bool verbose;
     const char *json;
+    int echo_server_port; /* -1: run the workloads */
     bool selected[N_WORKLOADS];
     struct params params;
 };
@@ -829,6 +1294,21 @@ static void select_workloads(struct options *o, const char *list)
     free(copy);
 }
 
+/* asyncrt-echo-client in this program's own directory. */
+static const char *default_echo_client(const char *argv0)
+{
+    static char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0 || (size_t)n >= sizeof path - 1)
+        n = (ssize_t)snprintf(path, sizeof path, "%s", argv0);
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
+    if (snprintf(path + dir, sizeof path - dir, "asyncrt-echo-client") >= (int)(sizeof path - dir))
+        fail("path too long: %s", path);
+    return path;
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
     enum {
@@ -841,6 +1321,12 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_YIELDS,
         OPT_CHAIN,
         OPT_FIB,
+        OPT_TIMERS_N,
+        OPT_TCP_CONNS,
+        OPT_TCP_MSGS,
+        OPT_TCP_SIZE,
+        OPT_ECHO_CLIENT,
+        OPT_ECHO_SERVER,
         OPT_REP_TIMEOUT,
         OPT_VERBOSE,
         OPT_HELP
@@ -855,6 +1341,12 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"yields", required_argument, NULL, OPT_YIELDS},
         {"chain", required_argument, NULL, OPT_CHAIN},
         {"fib", required_argument, NULL, OPT_FIB},
+        {"timers-n", required_argument, NULL, OPT_TIMERS_N},
+        {"tcp-conns", required_argument, NULL, OPT_TCP_CONNS},
+        {"tcp-msgs", required_argument, NULL, OPT_TCP_MSGS},
+        {"tcp-size", required_argument, NULL, OPT_TCP_SIZE},
+        {"echo-client", required_argument, NULL, OPT_ECHO_CLIENT},
+        {"echo-server", required_argument, NULL, OPT_ECHO_SERVER},
         {"rep-timeout", required_argument, NULL, OPT_REP_TIMEOUT},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
@@ -866,8 +1358,16 @@ static void parse_args(int argc, char **argv, struct options *o)
         .workers = cpus > 0 ? (unsigned)cpus : 1,
         .reps = 5,
         .rep_timeout_s = 60,
-        .params =
-            {.spawn_n = 100000, .yield_tasks = 1000, .yields = 1000, .chain = 100000, .fib_n = 27},
+        .echo_server_port = -1,
+        .params = {.spawn_n = 100000,
+                   .yield_tasks = 1000,
+                   .yields = 1000,
+                   .chain = 100000,
+                   .fib_n = 27,
+                   .timers_n = 100000,
+                   .tcp_conns = 64,
+                   .tcp_msgs = 10000,
+                   .tcp_size = 64},
     };
     bool any_only = false;
 
@@ -904,6 +1404,24 @@ static void parse_args(int argc, char **argv, struct options *o)
         case OPT_FIB:
             o->params.fib_n = parse_count("--fib", optarg, 0, 40);
             break;
+        case OPT_TIMERS_N:
+            o->params.timers_n = parse_count("--timers-n", optarg, 1, 1u << 24);
+            break;
+        case OPT_TCP_CONNS:
+            o->params.tcp_conns = parse_count("--tcp-conns", optarg, 1, 10000);
+            break;
+        case OPT_TCP_MSGS:
+            o->params.tcp_msgs = parse_count("--tcp-msgs", optarg, 1, 1u << 30);
+            break;
+        case OPT_TCP_SIZE:
+            o->params.tcp_size = parse_count("--tcp-size", optarg, 1, 1u << 20);
+            break;
+        case OPT_ECHO_CLIENT:
+            o->params.echo_client = optarg;
+            break;
+        case OPT_ECHO_SERVER:
+            o->echo_server_port = (int)parse_count("--echo-server", optarg, 0, 65535);
+            break;
         case OPT_REP_TIMEOUT:
             o->rep_timeout_s = parse_count("--rep-timeout", optarg, 0, 1000000);
             break;
@@ -923,6 +1441,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         usage_error("unexpected argument '%s'", argv[optind]);
     if (o->params.yield_tasks * o->params.yields > (uint64_t)1 << 40)
         usage_error("--yield-tasks times --yields is too large");
+    if (o->params.tcp_conns * o->params.tcp_msgs > (uint64_t)1 << 30)
+        usage_error("--tcp-conns times --tcp-msgs is too large");
     bool any_selected = false;
     for (size_t i = 0; i < N_WORKLOADS; i++) {
         if (!any_only)
@@ -931,6 +1451,8 @@ static void parse_args(int argc, char **argv, struct options *o)
     }
     if (!any_selected)
         usage_error("--only names no workload");
+    if (!o->params.echo_client)
+        o->params.echo_client = default_echo_client(argv[0]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -957,10 +1479,51 @@ static void check_final_metrics(rt_runtime *rt, int cancelled_at_shutdown)
              m.spawned, m.completed, m.cancelled, m.alive, g_tasks_spawned);
 }
 
+/* --echo-server PORT: the tcp_echo server alone, until SIGINT or SIGTERM. */
+static int echo_server_mode(const struct options *o)
+{
+    /* Blocked before the runtime's threads exist, so they inherit the mask and
+     * only sigwait() below receives these signals. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = o->workers;
+    rt_runtime *rt;
+    int err = rt_runtime_new(&cfg, &rt);
+    if (err < 0)
+        fail("rt_runtime_new (%u workers): %s", o->workers, rt_strerror(err));
+    static uint64_t conns; /* outlives the acceptor, which may be cancelled */
+    struct echo_server server = echo_server_start(rt, (uint16_t)o->echo_server_port, &conns);
+    printf("listening 127.0.0.1:%u\n", server.port);
+    fflush(stdout);
+
+    int sig;
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    close(server.stop_fd); /* stop accepting; open connections are cancelled below */
+    err = rt_runtime_free(rt);
+    if (err < 0)
+        fail("rt_runtime_free: %s", rt_strerror(err));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
     parse_args(argc, argv, &o);
+    if (o.echo_server_port >= 0)
+        return echo_server_mode(&o);
+    g_echo_strict = true;
+    for (size_t i = 0; i < N_WORKLOADS; i++)
+        if (o.selected[i] && WORKLOADS[i].run == run_tcp_echo &&
+            access(o.params.echo_client, X_OK) != 0)
+            fail("tcp_echo needs the echo client: %s: %s (see --echo-client)", o.params.echo_client,
+                 strerror(errno));
 
     struct sigaction sa = {.sa_handler = watchdog_fired};
     sigemptyset(&sa.sa_mask);

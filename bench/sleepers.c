@@ -28,10 +28,10 @@ struct sleeper {
     rt_sleep nap; /* the sleep */
 };
 
-static atomic_ulong asleep;   /* tasks whose timer is armed */
-static atomic_ulong awake;    /* tasks whose sleep finished */
-static atomic_long late_max;  /* worst lateness seen, ns */
-static atomic_bool early;     /* a sleep finished before its deadline */
+static atomic_ulong asleep;  /* tasks whose timer is armed */
+static atomic_ulong awake;   /* tasks whose sleep finished */
+static atomic_long late_max; /* worst lateness seen, ns */
+static atomic_bool early;    /* a sleep finished before its deadline */
 
 static void sleeper_drop(void *state)
 {
@@ -145,8 +145,7 @@ int main(int argc, char **argv)
     printf("sleepers tasks=%lu workers=%u bytes_per_sleeping_task=%.0f spawn_ms=%.1f "
            "total_ms=%.1f late_max_ms=%.2f\n",
            tasks, rt_runtime_workers(rt), (double)(during - before) / (double)tasks,
-           (double)(t1 - t0) / 1e6, (double)(t2 - t0) / 1e6,
-           (double)atomic_load(&late_max) / 1e6);
+           (double)(t1 - t0) / 1e6, (double)(t2 - t0) / 1e6, (double)atomic_load(&late_max) / 1e6);
     rt_runtime_free(rt);
     if (atomic_load(&early)) {
         fprintf(stderr, "a sleep finished before its deadline\n");

@@ -2,6 +2,7 @@
  * protocol (io_internal.h has its argument), and read/write/close. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -20,15 +21,17 @@ static rt_waker *slot_of(rt_io *io, unsigned dir)
     return dir == RT__IO_READ ? &io->reader : &io->writer;
 }
 
-rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, rt_context *cx, uint32_t *tick)
+rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context *cx, uint32_t *tick)
 {
+    uint64_t mask = try_unknown ? dir | (dir << RT__IO_UNKNOWN_SHIFT) : dir;
     uint64_t s = rt__load_acquire_u64(&io->readiness);
-    if (s & dir) {
+    if (s & mask) {
         *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
         return RT_READY;
     }
     const rt_waker *w = rt_context_waker(cx);
     rt_waker old = rt_waker_noop();
+    RT__DEBUG_YIELD(); /* widens the window before the registration */
     rt__spin_lock(&io->lock);
     if (io->closed) {
         rt__spin_unlock(&io->lock);
@@ -45,7 +48,7 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, rt_context *cx, uint32_t *tic
     /* An event between the first read and the registration set the bit
      * before the reactor took the lock: see it now (io_internal.h). */
     s = rt__load_acquire_u64(&io->readiness);
-    if (s & dir) {
+    if (s & mask) {
         *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
         return RT_READY;
     }
@@ -58,7 +61,8 @@ void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick)
     for (;;) {
         if ((uint32_t)(s >> RT__IO_TICK_SHIFT) != tick)
             return; /* an edge came since: keep it */
-        if (rt__cas_u64(&io->readiness, &s, s & ~(uint64_t)dir))
+        uint64_t bits = dir | (dir << RT__IO_UNKNOWN_SHIFT);
+        if (rt__cas_u64(&io->readiness, &s, s & ~bits))
             return;
     }
 }
@@ -90,7 +94,8 @@ int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, rt_io **out)
     io->fd = fd;
     io->is_socket = is_socket;
     io->rt = rt;
-    io->readiness = RT__IO_READ | RT__IO_WRITE; /* optimistic: try the call */
+    /* Not known to block: the first operation tries its call. */
+    io->readiness = (RT__IO_READ | RT__IO_WRITE) << RT__IO_UNKNOWN_SHIFT;
     io->reader = io->writer = rt_waker_noop();
 
     pthread_mutex_lock(&rt->io_lock);
@@ -102,6 +107,8 @@ int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, rt_io **out)
     /* Registered once, both directions, edge-triggered; HUP and ERR are
      * always reported and wake both directions (reactor.c). */
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = io};
+    /* The reactor gets io through epoll, which TSan cannot see. */
+    rt__tsan_release(io);
     if (epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
         int err = -errno;
         pthread_mutex_unlock(&rt->io_lock);
@@ -199,23 +206,39 @@ void rt__io_close_all(rt_runtime *rt)
 
 /* ---- Operations ------------------------------------------------------------ */
 
+/* Readiness as promised by rt_io_readable/writable: exact. The bit says an
+ * edge came, but the user may have drained or filled the descriptor since
+ * with calls of its own, so a set bit is confirmed with a zero-timeout
+ * poll(2), and forgotten (tick-checked, as after EAGAIN) when stale. */
+static rt_poll io_ready_exact(rt_io *io, unsigned dir, rt_context *cx)
+{
+    short want = dir == RT__IO_READ ? POLLIN : POLLOUT;
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(io, dir, false, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        struct pollfd p = {.fd = io->fd, .events = want};
+        if (poll(&p, 1, 0) != 0) /* ready, hung up, in error, or poll failed */
+            return RT_READY;
+        rt__io_clear_ready(io, dir, tick);
+    }
+}
+
 RT_EXPORT rt_poll rt_io_readable(rt_io *io, rt_context *cx)
 {
-    uint32_t tick;
-    return rt__io_poll_ready(io, RT__IO_READ, cx, &tick);
+    return io_ready_exact(io, RT__IO_READ, cx);
 }
 
 RT_EXPORT rt_poll rt_io_writable(rt_io *io, rt_context *cx)
 {
-    uint32_t tick;
-    return rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick);
+    return io_ready_exact(io, RT__IO_WRITE, cx);
 }
 
 RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result)
 {
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_READ, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
         ssize_t n = read(io->fd, buf, len);
         if (n >= 0) {
@@ -229,6 +252,7 @@ RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, s
             *result = -e;
             return RT_READY;
         }
+        RT__DEBUG_YIELD(); /* widens the window between EAGAIN and the clear */
         rt__io_clear_ready(io, RT__IO_READ, tick);
     }
 }
@@ -243,7 +267,7 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
 {
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
         ssize_t n = io_write_once(io, buf, len);
         if (n >= 0) {

@@ -15,8 +15,14 @@
  * the direction not ready stores its waker under the slot lock and then
  * reads the readiness again: the reactor sets readiness before it takes the
  * lock to collect wakers, so either the re-read sees the edge or the reactor
- * sees the waker (the lock orders the two). New registrations start with
- * both directions ready: the first operation simply tries its system call. */
+ * sees the waker (the lock orders the two).
+ *
+ * Bits 2-3 are the same two directions, "not known to block": a new
+ * registration starts with them set, so the first read or write simply tries
+ * its system call instead of waiting for the reactor to report the initial
+ * state; EAGAIN clears them with the confirmed bits. rt_io_readable and
+ * rt_io_writable ignore them and wait for a real report: the kernel reports a
+ * descriptor that is already ready when it is added, so nothing is lost. */
 #ifndef RT_SRC_IO_INTERNAL_H
 #define RT_SRC_IO_INTERNAL_H
 
@@ -29,6 +35,7 @@
 
 #define RT__IO_READ 1u
 #define RT__IO_WRITE 2u
+#define RT__IO_UNKNOWN_SHIFT 2 /* RT__IO_x << 2: not known to block */
 #define RT__IO_TICK_SHIFT 32
 #define RT__IO_TICK_ONE (1ull << RT__IO_TICK_SHIFT)
 
@@ -45,9 +52,11 @@ struct rt_io {
     struct rt_io *release_next; /* the reactor's release list */
 };
 
-/* RT_READY (with the tick seen) when direction `dir` is believed ready,
- * else stores the context's waker for it and returns RT_PENDING. */
-rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, rt_context *cx, uint32_t *tick);
+/* RT_READY (with the tick seen) when direction `dir` is ready, or, with
+ * `try_unknown`, not known to block; else stores the context's waker for it
+ * and returns RT_PENDING. Operations pass try_unknown = true. */
+rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context *cx,
+                          uint32_t *tick);
 /* After EAGAIN: forgets readiness of `dir` unless an event came since `tick`. */
 void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick);
 /* The reactor's side: records an event and hands the wakers to wake out. */

@@ -97,7 +97,7 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
 {
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(listener, RT__IO_READ, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(listener, RT__IO_READ, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -184,13 +184,12 @@ RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
         }
         if (rc == 0)
             return connect_done(op, conn, err, 0);
-        /* A registration starts optimistic; a connecting socket is not
-         * writable until its handshake ends, so wait for a real edge. */
-        rt__io_clear_ready(op->io, RT__IO_WRITE, 0);
+        /* A connecting socket is writable once its handshake ends: wait
+         * for that report (the poll below ignores the initial optimism). */
     }
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(op->io, RT__IO_WRITE, cx, &tick) == RT_READY) {
+        if (rt__io_poll_ready(op->io, RT__IO_WRITE, false, cx, &tick) == RT_READY) {
             int soerr = 0;
             socklen_t sl = sizeof soerr;
             if (getsockopt(op->io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
@@ -269,7 +268,7 @@ RT_EXPORT rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, siz
 {
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_WRITE, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
         ssize_t n = sendto(io->fd, buf, len, MSG_NOSIGNAL, addr, addr_len);
         if (n >= 0) {
@@ -293,7 +292,7 @@ RT_EXPORT rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t 
 {
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_READ, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;

@@ -92,6 +92,10 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms)
 
 void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t)
 {
+    /* A stopped reactor takes no commands: its stop releases what is left
+     * in its wheel, and the future's own reference frees the timer. */
+    if (rt__load_acquire_u32(&r->stopping))
+        return;
     /* Already queued: the reactor will read the latest state when it gets
      * there (it clears `queued` before reading the state). */
     if (rt__fas_u32(&t->queued, 1) != 0)
@@ -195,6 +199,7 @@ static void *reactor_main(void *arg)
                 (void)got;
                 continue;
             }
+            rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */
             uint32_t ev = events[i].events;
             unsigned dirs = 0;
             if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -262,8 +267,16 @@ fail:
 static void drop_timer_entry(rt__timer_entry *entry, void *arg)
 {
     (void)arg;
-    /* The wheel's reference; the waker is dropped with the last one. */
-    rt__timer_unref(caa_container_of(entry, rt__timer, entry));
+    rt__timer *t = caa_container_of(entry, rt__timer, entry);
+    /* Whoever still waits (a sleep polled by hand) is woken, so that its
+     * next poll reports -ESHUTDOWN; tasks are all finished by now, so their
+     * wakes do nothing. Then the wheel's reference goes. */
+    rt__spin_lock(&t->lock);
+    rt_waker w = t->waker;
+    t->waker = rt_waker_noop();
+    rt__spin_unlock(&t->lock);
+    rt_waker_wake(&w);
+    rt__timer_unref(t);
 }
 
 void rt__reactor_stop(rt_runtime *rt)

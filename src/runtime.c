@@ -260,9 +260,10 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     tls_shutting_down = NULL;
     rt__store_relaxed_u64(&rt->shutdown_cancelled, cancelled);
     /* The drops above may have closed descriptors and cancelled timers
-     * through the reactor; now it can go, and with it what is still open. */
-    rt__reactor_stop(rt);
+     * through the reactor. What is still open is closed while the reactor
+     * runs (no rt_io can be opened after this), then the reactor stops. */
     rt__io_close_all(rt);
+    rt__reactor_stop(rt);
     drain_queues(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);

@@ -198,6 +198,7 @@ static void park_worker(rt__worker *w)
     assert(w->deferred_head == NULL && w->lifo == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
+    RT__DEBUG_YIELD(); /* a producer may push right here */
     /* The RMW above was a full barrier: now re-check what producers may have
      * pushed before they could see us parked. */
     if (work_visible(rt)) {
@@ -292,6 +293,7 @@ void rt__schedule(rt_task *t)
         return;
     }
     rt__injector_push(&rt->injector, &t->node);
+    RT__DEBUG_YIELD(); /* the last worker may be parking right here */
     notify_parked(rt);
 }
 

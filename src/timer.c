@@ -141,6 +141,12 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     }
     if (rt__load_acquire_u32(&t->state) == RT__TIMER_FIRED)
         return RT_READY;
+    if (rt__load_acquire_u32(&t->reactor->stopping)) {
+        /* Shut down under us: the timer will never fire. */
+        if (err != NULL)
+            *err = -ESHUTDOWN;
+        return RT_READY;
+    }
     timer_set_waker(t, cx);
     /* Fired while we were storing the waker: the reactor took the old one. */
     if (rt__load_acquire_u32(&t->state) == RT__TIMER_FIRED)

@@ -54,10 +54,15 @@ int rt_io_open(rt_runtime *rt, int fd, rt_io **out);
 int rt_io_fd(const rt_io *io);
 
 /* RT_READY once the descriptor is readable (or hung up / in error: a read
- * will then report it), else RT_PENDING with the waker stored. */
+ * will then report it), else RT_PENDING with the waker stored. Exact: a
+ * readiness reported earlier is checked with poll(2) before it is trusted,
+ * since the caller may have drained the descriptor with calls of its own. On
+ * a descriptor just opened, the first poll may return RT_PENDING and wake one
+ * reactor turn later (the kernel reports the initial state then). */
 rt_poll rt_io_readable(rt_io *io, rt_context *cx);
 
-/* RT_READY once the descriptor is writable (or in error), else RT_PENDING. */
+/* RT_READY once the descriptor is writable (or in error), else RT_PENDING.
+ * Exact in the same way as rt_io_readable. */
 rt_poll rt_io_writable(rt_io *io, rt_context *cx);
 
 /* Reads up to `len` bytes into buf: RT_READY with *result set (bytes, 0 at

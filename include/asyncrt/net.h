@@ -52,9 +52,9 @@ typedef struct rt_tcp_connect {
     int started;      /* connect(2) issued */
 } rt_tcp_connect;
 
-/* Prepares a connection to addr that gives up after timeout_ns (<= 0: no
- * limit beyond the kernel's). rt NULL means rt_current(). Returns 0 or
- * -EINVAL. */
+/* Prepares a connection to addr that gives up timeout_ns after this call
+ * (<= 0: no limit beyond the kernel's). rt NULL means rt_current(). Returns 0
+ * or -EINVAL. */
 int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, int64_t timeout_ns);
 
 /* Connects: RT_READY with *err 0 and *conn the connected socket (owned by the
@@ -65,7 +65,8 @@ rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx, const struct soc
                             socklen_t len, rt_io **conn, int *err);
 
 /* Abandons a connection attempt (closing its socket and timer). Safe after
- * completion too. Abort safety: the half-open socket is closed. */
+ * completion too, and on a zero-initialised struct. Abort safety: the
+ * half-open socket is closed. */
 void rt_tcp_connect_drop(rt_tcp_connect *op);
 
 /* shutdown(2): how is SHUT_RD, SHUT_WR or SHUT_RDWR. Returns 0 or -errno. */
@@ -74,7 +75,8 @@ int rt_tcp_shutdown(rt_io *io, int how);
 /* TCP_NODELAY on or off. Returns 0 or -errno. */
 int rt_tcp_set_nodelay(rt_io *io, bool on);
 
-/* The socket's own and its peer's address. Return 0 or -errno (-ENOTCONN). */
+/* The socket's own and its peer's address: written to *addr, with its length
+ * in *len (an output only). Return 0 or -errno (-ENOTCONN). */
 int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
 int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
 

@@ -57,8 +57,9 @@ int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
  * finish the poll they are in and exit, then every task that has not finished
  * is cancelled: its drop function runs exactly once (on the calling thread)
  * and its joiner gets -ECANCELED. Then the reactor thread stops, every rt_io
- * still open is closed and freed, and pending timers are released. Futures
- * polled by hand outside tasks (sleeps, connects) must be dropped before.
+ * still open is closed and freed, and pending timers are released. A sleep
+ * polled by hand outside a task and still pending then reports -ESHUTDOWN
+ * when polled; it must be dropped before rt_runtime_free.
  * Returns the number of tasks cancelled (>= 0).
  * After it returns every task of the runtime is finished, so a waker that
  * outlives it is inert: waking it or dropping it only releases memory.

@@ -10,7 +10,9 @@
  * (for a task, the state copied at spawn) and polls with the functions below;
  * each needs its drop function called if it is abandoned before it finished
  * (for example from the task's drop function when the task is aborted).
- * Zero-initialised structs are invalid: call the init function first.
+ * Call the init function before the first poll. A zero-initialised struct may
+ * be passed to its drop function (which then does nothing), so a task's drop
+ * can release an operation its poll never got to initialise.
  * Abort safety: dropping an unfinished sleep, timeout or interval cancels its
  * timer; nothing else is lost. */
 #ifndef ASYNCRT_TIMER_H
@@ -50,7 +52,9 @@ int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns);
  * with another waker replaces it). *err (may be NULL) receives 0, or -ENOMEM
  * when the timer could not be allocated, or -ESHUTDOWN when the runtime is
  * shut down; in those two cases it returns RT_READY at once so the caller can
- * see the error. From one task (or thread) at a time. */
+ * see the error. A sleep still pending when the runtime shuts down has its
+ * waker woken, and its next poll reports -ESHUTDOWN. From one task (or
+ * thread) at a time. */
 rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err);
 
 /* Releases the sleep's timer (cancelling it if pending). Safe to call once

@@ -1,0 +1,185 @@
+/* A TCP echo server: one task per connection, each a coroutine that reads up
+ * to 4 KiB and writes it all back until the peer closes. Shows rt_tcp_listen,
+ * rt_tcp_accept, rt_io_read and rt_io_write_all, and a clean stop on a signal.
+ *
+ *   ./echo_server [--port P] [--workers W]   (P 0: any free port; W 0: all CPUs)
+ *
+ * Prints `listening 127.0.0.1:PORT` once it accepts connections, then serves
+ * until SIGINT or SIGTERM and exits with status 0. */
+#define _POSIX_C_SOURCE 200809L /* sigwait, pthread_sigmask */
+
+#include <asyncrt.h>
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One connection. Everything used across an await lives here. */
+struct conn {
+    rt_coro co;
+    rt_io *io;
+    ssize_t got;     /* bytes of the last read (0: peer closed, < 0: error) */
+    size_t progress; /* rt_io_write_all's bookmark */
+    ssize_t written; /* its result */
+    char buf[4096];
+};
+
+/* Runs once, whether the connection ended or the task was cancelled. */
+static void conn_drop(void *state)
+{
+    struct conn *c = state;
+    rt_io_close(c->io);
+}
+
+static rt_poll conn_poll(void *state, rt_context *cx, void **out)
+{
+    struct conn *c = state;
+    RT_CORO_BEGIN(&c->co);
+    for (;;) {
+        RT_AWAIT(&c->co, rt_io_read(c->io, cx, c->buf, sizeof c->buf, &c->got));
+        if (c->got <= 0)
+            break; /* end of stream or error: drop closes the socket */
+        c->progress = 0;
+        RT_AWAIT(&c->co,
+                 rt_io_write_all(c->io, cx, c->buf, (size_t)c->got, &c->progress, &c->written));
+        if (c->written < 0)
+            break;
+    }
+    RT_CORO_END(&c->co, out);
+}
+
+/* The accept loop: a task that owns the listening socket. */
+struct acceptor {
+    rt_coro co;
+    rt_io *listener;
+    rt_io *conn; /* the connection just accepted */
+    int err;
+    bool pausing;   /* pause is armed */
+    rt_sleep pause; /* backing off when out of descriptors */
+};
+
+static void acceptor_drop(void *state)
+{
+    struct acceptor *a = state;
+    if (a->pausing)
+        rt_sleep_drop(&a->pause);
+    rt_io_close(a->listener);
+}
+
+static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
+{
+    struct acceptor *a = state;
+    RT_CORO_BEGIN(&a->co);
+    for (;;) {
+        RT_AWAIT(&a->co, rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err));
+        if (a->err == -EMFILE || a->err == -ENFILE) {
+            /* The connection stays queued: try again in 100 ms. */
+            fprintf(stderr, "echo_server: accept: %s\n", rt_strerror(a->err));
+            a->pausing = rt_sleep_init(&a->pause, NULL, 100 * 1000000) == 0;
+            if (a->pausing) {
+                RT_AWAIT(&a->co, rt_sleep_poll(&a->pause, cx, NULL));
+                rt_sleep_drop(&a->pause);
+                a->pausing = false;
+            }
+            continue;
+        }
+        if (a->err < 0)
+            continue; /* the peer gave up (-ECONNABORTED...): next one */
+
+        rt_tcp_set_nodelay(a->conn, true);
+        struct conn c = {.io = a->conn};
+        if (RT_SPAWN(NULL, conn_poll, conn_drop, &c, NULL) < 0)
+            rt_io_close(a->conn);
+    }
+    RT_CORO_END(&a->co, out);
+}
+
+static _Noreturn void usage(const char *why, const char *what)
+{
+    fprintf(stderr, "echo_server: %s%s\nusage: echo_server [--port P] [--workers W]\n", why, what);
+    exit(2);
+}
+
+static unsigned long parse_flag(const char *flag, const char *value, unsigned long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = value ? strtoul(value, &end, 10) : 0;
+    if (!value || errno || end == value || *end || value[0] == '-' || v > max)
+        usage("bad or missing value for ", flag);
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long port = 0, workers = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--port") == 0)
+            port = parse_flag("--port", argv[i + 1], 65535);
+        else if (strcmp(argv[i], "--workers") == 0)
+            workers = parse_flag("--workers", argv[i + 1], RT_MAX_WORKERS);
+        else
+            usage("unknown argument ", argv[i]);
+    }
+
+    /* Block the stop signals before any thread exists: the runtime's threads
+     * inherit the mask, so only sigwait() below ever receives them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = (unsigned)workers;
+    rt_runtime *rt;
+    int err = rt_runtime_new(&cfg, &rt);
+    if (err < 0) {
+        fprintf(stderr, "rt_runtime_new: %s\n", rt_strerror(err));
+        return 1;
+    }
+
+    struct sockaddr_storage addr;
+    socklen_t len;
+    struct acceptor a = {0};
+    const char *what = "rt_net_addr";
+    err = rt_net_addr("127.0.0.1", (uint16_t)port, &addr, &len);
+    if (err == 0) {
+        what = "rt_tcp_listen";
+        err = rt_tcp_listen(rt, (struct sockaddr *)&addr, len, 1024, RT_NET_REUSEADDR, &a.listener);
+    }
+    if (err == 0) {
+        what = "rt_net_local_addr";
+        len = sizeof addr;
+        err = rt_net_local_addr(a.listener, &addr, &len);
+    }
+    if (err == 0) {
+        what = "rt_spawn";
+        err = RT_SPAWN(rt, acceptor_poll, acceptor_drop, &a, NULL); /* owns the listener now */
+    }
+    if (err < 0) {
+        fprintf(stderr, "echo_server: %s: %s\n", what, rt_strerror(err));
+        rt_io_close(a.listener);
+        rt_runtime_free(rt);
+        return 1;
+    }
+    printf("listening 127.0.0.1:%u\n", ntohs(((struct sockaddr_in *)&addr)->sin_port));
+    fflush(stdout);
+
+    int sig;
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    /* Cancels the accept loop and every connection: their drops close them. */
+    err = rt_runtime_free(rt);
+    if (err < 0) {
+        fprintf(stderr, "rt_runtime_free: %s\n", rt_strerror(err));
+        return 1;
+    }
+    return 0;
+}
