@@ -62,6 +62,7 @@ static void destroy(rt_runtime *rt)
     pthread_mutex_destroy(&rt->sleepers_lock);
     pthread_mutex_destroy(&rt->lifecycle_lock);
     rt__injector_destroy(&rt->injector);
+    rt__injector_destroy(&rt->wakes);
     free(rt->sleepers);
     free(rt->workers);
     free(rt);
@@ -127,6 +128,10 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     memset(rt->workers, 0, rt->nworkers * sizeof(rt__worker));
     if ((err = rt__injector_init(&rt->injector)) < 0)
         goto fail_alloc;
+    if ((err = rt__injector_init(&rt->wakes)) < 0) {
+        rt__injector_destroy(&rt->injector);
+        goto fail_alloc;
+    }
     if ((err = -pthread_mutex_init(&rt->sleepers_lock, NULL)) < 0)
         goto fail_injector;
     if ((err = -pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
@@ -185,6 +190,7 @@ fail_sleepers:
     pthread_mutex_destroy(&rt->sleepers_lock);
 fail_injector:
     rt__injector_destroy(&rt->injector);
+    rt__injector_destroy(&rt->wakes);
 fail_alloc:
     free(rt->sleepers);
     free(rt->workers);
@@ -216,12 +222,15 @@ static void drain_queues(rt_runtime *rt)
     }
     struct cds_wfcq_node *nodes[64];
     bool would_block;
-    for (;;) {
-        size_t n = rt__injector_pop_batch(&rt->injector, nodes, 64, &would_block);
-        for (size_t i = 0; i < n; i++)
-            rt__task_unref(caa_container_of(nodes[i], rt_task, node), 1);
-        if (n == 0 && !would_block)
-            break;
+    rt__injector *queues[2] = {&rt->injector, &rt->wakes};
+    for (int q = 0; q < 2; q++) {
+        for (;;) {
+            size_t n = rt__injector_pop_batch(queues[q], nodes, 64, &would_block);
+            for (size_t i = 0; i < n; i++)
+                rt__task_unref(caa_container_of(nodes[i], rt_task, node), 1);
+            if (n == 0 && !would_block)
+                break;
+        }
     }
 }
 

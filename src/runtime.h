@@ -243,7 +243,11 @@ struct rt_runtime {
     unsigned nworkers;
     rt__worker *workers; /* nworkers entries, cache-line aligned */
 
+    /* Tasks spawned or woken off-worker, and spills of full deques. */
     rt__injector injector;
+    /* Tasks the reactor woke (timers fired, descriptors ready): taken before
+     * the injector, so they do not wait behind a spawn backlog. */
+    rt__injector wakes;
 
     /* Idle coordination (scheduler.c). */
     RT_ALIGNED_CACHELINE uint64_t idle_state;
@@ -282,7 +286,8 @@ struct rt_runtime {
 void rt__schedule(rt_task *t);
 
 /* Schedules n such tasks of `rt` from a thread that is not its worker (the
- * reactor): one injector splice, then up to min(n, parked) workers woken. */
+ * reactor): one splice into the wakes queue, then up to min(n, parked)
+ * workers woken. */
 void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
 
 /* Wakes (consumes) *w. When it is the waker of a task of `rt` that must be

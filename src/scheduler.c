@@ -77,7 +77,7 @@ static inline uint32_t idle_unparked(uint64_t s)
 /* True when some queue of the runtime holds a task (a snapshot). */
 static bool work_visible(rt_runtime *rt)
 {
-    if (!rt__injector_is_empty(&rt->injector))
+    if (!rt__injector_is_empty(&rt->wakes) || !rt__injector_is_empty(&rt->injector))
         return true;
     for (unsigned i = 0; i < rt->nworkers; i++)
         if (rt__deque_len_any(&rt->workers[i].deque) > 0)
@@ -304,7 +304,7 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n)
         unsigned k = n - done < RT__WAKE_BATCH ? n - done : RT__WAKE_BATCH;
         for (unsigned i = 0; i < k; i++)
             nodes[i] = &tasks[done + i]->node;
-        rt__injector_push_batch(&rt->injector, nodes, k);
+        rt__injector_push_batch(&rt->wakes, nodes, k);
         done += k;
     }
     /* The splice's exchange was the StoreLoad barrier. Wake as many parked
@@ -337,9 +337,9 @@ void rt__defer(rt__worker *w, rt_task *t)
 
 /* ---- Finding work --------------------------------------------------------- */
 
-/* Takes a batch from the injector: returns the first task and pushes the rest
- * onto the own deque. */
-static rt_task *take_from_injector(rt__worker *w)
+/* Takes a batch from an injector queue: returns the first task and pushes
+ * the rest onto the own deque. */
+static rt_task *take_batch(rt__worker *w, rt__injector *inj)
 {
     size_t room = RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque);
     size_t max = room / 2;
@@ -349,7 +349,7 @@ static rt_task *take_from_injector(rt__worker *w)
         max = 1;
     struct cds_wfcq_node *nodes[RT_INJECTOR_BATCH];
     bool would_block;
-    size_t n = rt__injector_pop_batch(&w->rt->injector, nodes, max, &would_block);
+    size_t n = rt__injector_pop_batch(inj, nodes, max, &would_block);
     /* Remembered for the worker loop: a producer preempted mid-enqueue (or
      * another consumer) makes the injector look busy though it yields
      * nothing; spinning on it would compete with that producer for CPU. */
@@ -362,6 +362,20 @@ static rt_task *take_from_injector(rt__worker *w)
     if (n > 1)
         announce_local_work(w);
     return task_of_node(nodes[0]);
+}
+
+/* Work from outside the worker: first what the reactor woke (a timer or a
+ * descriptor became ready: latency matters), then spawned and remote work.
+ * A backlog of a hundred thousand spawned tasks must not make a timer that
+ * fired wait behind all of them. */
+static rt_task *take_from_injector(rt__worker *w)
+{
+    rt_task *t = take_batch(w, &w->rt->wakes);
+    bool wakes_busy = w->injector_would_block;
+    if (t == NULL)
+        t = take_batch(w, &w->rt->injector);
+    w->injector_would_block |= wakes_busy;
+    return t;
 }
 
 static uint32_t next_random(rt__worker *w)

@@ -5,6 +5,7 @@
 # and runs it, against the shared library and against the static one.
 #   tests/install_test.sh SOURCE_ROOT
 set -euo pipefail
+trap 'echo "install test: failed at line $LINENO" >&2' ERR
 src=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
