@@ -9,6 +9,8 @@
 
 #include <asyncrt.h>
 
+#include "support.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,75 +20,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_HAVE_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_HAVE_LSAN 1
-#endif
-#endif
-#ifdef TEST_HAVE_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
 /* Seconds any wait for an event may take before the test reports a hang. */
 #define EVENT_DEADLINE_S 30
-
-/* Runs after every test. LeakSanitizer's own check at exit does not change a
- * Criterion verdict, and an assertion in a .fini hook is ignored, so a leak
- * aborts the test process instead: Criterion then reports the test as crashed
- * in its teardown, right after LeakSanitizer's report. */
-static void fail_on_leaks(void)
-{
-#ifdef TEST_HAVE_LSAN
-    if (__lsan_do_recoverable_leak_check() != 0) {
-        fputs("LeakSanitizer: this test leaked memory (report above)\n", stderr);
-        abort();
-    }
-#endif
-}
 
 TestSuite(future, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* A counter that one thread bumps and another waits on, so that tests wait on
- * events instead of sleeping. */
-struct event {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned long count;
-};
-
-/* clang-format off */
-#define EVENT_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
-/* clang-format on */
-
-static void event_signal(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    e->count++;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Waits until the event has been signalled at least `target` times. Returns
- * false when that did not happen within EVENT_DEADLINE_S, so a broken
- * runtime fails the test instead of hanging it. */
-static bool event_wait_for(struct event *e, unsigned long target)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += EVENT_DEADLINE_S;
-    pthread_mutex_lock(&e->mu);
-    while (e->count < target) {
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &deadline) == ETIMEDOUT)
-            break;
-    }
-    bool reached = e->count >= target;
-    pthread_mutex_unlock(&e->mu);
-    return reached;
-}
 
 /* Creates a runtime with `workers` worker threads or fails the test. */
 static rt_runtime *new_runtime(unsigned workers)

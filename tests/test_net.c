@@ -14,6 +14,8 @@
 
 #include <asyncrt.h>
 
+#include "support.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -35,17 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_HAVE_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_HAVE_LSAN 1
-#endif
-#endif
-#ifdef TEST_HAVE_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
 #define MS (1000000LL)
 #define SEC (1000000000LL)
 
@@ -54,65 +45,9 @@
 /* The same bound, for rt_task_wait calls that must not hang the suite. */
 #define WAIT_DEADLINE_NS (30LL * SEC)
 
-/* Runs after every test. LeakSanitizer's own check at exit does not change a
- * Criterion verdict, and an assertion in a .fini hook is ignored, so a leak
- * aborts the test process instead: Criterion then reports the test as crashed
- * in its teardown, right after LeakSanitizer's report. */
-static void fail_on_leaks(void)
-{
-#ifdef TEST_HAVE_LSAN
-    if (__lsan_do_recoverable_leak_check() != 0) {
-        fputs("LeakSanitizer: this test leaked memory (report above)\n", stderr);
-        abort();
-    }
-#endif
-}
-
 TestSuite(net, .timeout = 280, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* A counter that one thread bumps and another waits on, so that tests wait on
- * events instead of sleeping. */
-struct event {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned long count;
-};
-
-/* clang-format off */
-#define EVENT_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
-/* clang-format on */
-
-static void event_signal(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    e->count++;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Waits until the event has been signalled at least `target` times; false
- * when that did not happen within `seconds`. */
-static bool event_wait_for_s(struct event *e, unsigned long target, int seconds)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += seconds;
-    pthread_mutex_lock(&e->mu);
-    while (e->count < target) {
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &deadline) == ETIMEDOUT)
-            break;
-    }
-    bool reached = e->count >= target;
-    pthread_mutex_unlock(&e->mu);
-    return reached;
-}
-
-static bool event_wait_for(struct event *e, unsigned long target)
-{
-    return event_wait_for_s(e, target, EVENT_DEADLINE_S);
-}
 
 static unsigned long event_count(struct event *e)
 {
