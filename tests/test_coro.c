@@ -34,34 +34,6 @@ static unsigned long event_count(struct event *e)
     return n;
 }
 
-static rt_runtime *new_runtime(unsigned workers)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
-
-/* Every test that makes a runtime ends here: shuts it down, checks how many
- * tasks shutdown cancelled (negative: unchecked) and that none is alive, and
- * frees it. */
-static void finish_runtime(rt_runtime *rt, int expected_cancelled)
-{
-    int cancelled = rt_runtime_shutdown(rt);
-    cr_assert_geq(cancelled, 0, "rt_runtime_shutdown failed: %s", rt_strerror(cancelled));
-    if (expected_cancelled >= 0)
-        cr_assert_eq(cancelled, expected_cancelled, "shutdown cancelled %d tasks, expected %d",
-                     cancelled, expected_cancelled);
-    rt_metrics m;
-    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
-    cr_assert_eq(m.alive, 0, "%llu tasks still alive after shutdown", (unsigned long long)m.alive);
-    cr_assert_eq(rt_runtime_free(rt), 0);
-}
-
 /* A user waker that counts its calls and signals an event on each wake-up,
  * so the test thread can act as a tiny executor. */
 struct counting_target {

@@ -27,35 +27,6 @@ TestSuite(future, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* Creates a runtime with `workers` worker threads or fails the test. */
-static rt_runtime *new_runtime(unsigned workers)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
-
-/* Every test ends here: shuts the runtime down, checks that shutdown cancelled
- * exactly `expected_cancelled` tasks (a negative value skips that check) and
- * that no task is left alive, then frees the runtime. */
-static void finish_runtime(rt_runtime *rt, int expected_cancelled)
-{
-    int cancelled = rt_runtime_shutdown(rt);
-    cr_assert_geq(cancelled, 0, "rt_runtime_shutdown failed: %s", rt_strerror(cancelled));
-    if (expected_cancelled >= 0)
-        cr_assert_eq(cancelled, expected_cancelled, "shutdown cancelled %d tasks, expected %d",
-                     cancelled, expected_cancelled);
-    rt_metrics m;
-    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
-    cr_assert_eq(m.alive, 0, "%llu tasks still alive after shutdown", (unsigned long long)m.alive);
-    cr_assert_eq(rt_runtime_free(rt), 0);
-}
-
 /* A door a task waits behind. While it is shut the task's poll stores a clone
  * of its waker here and returns RT_PENDING; opening it wakes that waker. */
 struct gate {

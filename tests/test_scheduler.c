@@ -9,6 +9,7 @@
 
 #include <asyncrt.h>
 
+#define TEST_OWN_FINISH_RUNTIME /* this suite has its own, below */
 #include "support.h"
 
 #include <errno.h>
@@ -29,18 +30,6 @@
 TestSuite(scheduler, .timeout = 280, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static rt_runtime *new_runtime(unsigned workers)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
 
 /* Every test ends here: shuts the runtime down, checks how many tasks
  * shutdown cancelled and that none is alive, returns the final (exact)

@@ -8,6 +8,8 @@
 
 #include <asyncrt.h>
 
+#define TEST_OWN_NEW_RUNTIME    /* this suite has its own, below */
+#define TEST_OWN_FINISH_RUNTIME /* this suite has its own, below */
 #include "support.h"
 
 #include <errno.h>

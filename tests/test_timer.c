@@ -11,6 +11,7 @@
 
 #include <asyncrt.h>
 
+#define TEST_OWN_FINISH_RUNTIME /* this suite has its own, below */
 #include "support.h"
 
 #include <errno.h>
@@ -52,18 +53,6 @@ static unsigned long event_count(struct event *e)
     unsigned long c = e->count;
     pthread_mutex_unlock(&e->mu);
     return c;
-}
-
-static rt_runtime *new_runtime(unsigned workers)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
 }
 
 /* Every test ends here: shuts the runtime down, checks how many tasks
