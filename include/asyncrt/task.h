@@ -98,7 +98,9 @@ bool rt_task_is_finished(const rt_task *task);
 /* Gives the other runnable tasks of this worker a turn: wakes the current task
  * by reference and returns RT_PENDING, so `return rt_yield(cx);` ends the poll
  * and the task is polled again after every task that was already runnable on
- * its worker. In a coroutine use RT_YIELD. From a poll function only. */
+ * its worker (tasks that go on waking each other meanwhile get at most three
+ * polls in a row ahead of it). In a coroutine use RT_YIELD. From a poll
+ * function only. */
 rt_poll rt_yield(rt_context *cx);
 
 /* Convenience: spawn with the size of the state object taken from its type. */
