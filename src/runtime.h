@@ -248,6 +248,8 @@ struct rt_runtime {
     /* Tasks the reactor woke (timers fired, descriptors ready): taken before
      * the injector, so they do not wait behind a spawn backlog. */
     rt__injector wakes;
+    /* Size of the reactor's last batch of wakes (a hint for fair shares). */
+    uint64_t wakes_batch;
 
     /* Idle coordination (scheduler.c). */
     RT_ALIGNED_CACHELINE uint64_t idle_state;

@@ -307,6 +307,7 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n)
         rt__injector_push_batch(&rt->wakes, nodes, k);
         done += k;
     }
+    rt__store_relaxed_u64(&rt->wakes_batch, n);
     /* The splice's exchange was the StoreLoad barrier. Wake as many parked
      * workers as there are tasks, at most: each takes a share. */
     pthread_mutex_lock(&rt->sleepers_lock);
@@ -339,12 +340,14 @@ void rt__defer(rt__worker *w, rt_task *t)
 
 /* Takes a batch from an injector queue: returns the first task and pushes
  * the rest onto the own deque. */
-static rt_task *take_batch(rt__worker *w, rt__injector *inj)
+static rt_task *take_batch(rt__worker *w, rt__injector *inj, size_t share)
 {
     size_t room = RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque);
     size_t max = room / 2;
     if (max > RT_INJECTOR_BATCH)
         max = RT_INJECTOR_BATCH;
+    if (share != 0 && max > share)
+        max = share;
     if (max == 0)
         max = 1;
     struct cds_wfcq_node *nodes[RT_INJECTOR_BATCH];
@@ -370,10 +373,14 @@ static rt_task *take_batch(rt__worker *w, rt__injector *inj)
  * fired wait behind all of them. */
 static rt_task *take_from_injector(rt__worker *w)
 {
-    rt_task *t = take_batch(w, &w->rt->wakes);
+    /* A fair share of the reactor's last batch, so the other workers it
+     * woke take theirs from the queue rather than steal them one by one. */
+    rt_runtime *rt = w->rt;
+    size_t share = rt__load_relaxed_u64(&rt->wakes_batch) / rt->nworkers + 1;
+    rt_task *t = take_batch(w, &rt->wakes, share);
     bool wakes_busy = w->injector_would_block;
     if (t == NULL)
-        t = take_batch(w, &w->rt->injector);
+        t = take_batch(w, &rt->injector, 0);
     w->injector_would_block |= wakes_busy;
     return t;
 }
