@@ -9,7 +9,6 @@
 #define RT_CACHELINE 64
 #define RT_ALIGNED_CACHELINE __attribute__((aligned(RT_CACHELINE)))
 
-#define rt__likely(x) __builtin_expect(!!(x), 1)
 #define rt__unlikely(x) __builtin_expect(!!(x), 0)
 
 #endif

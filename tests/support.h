@@ -88,6 +88,81 @@ static inline bool event_wait_for_s(struct event *e, unsigned long target, int s
 /* The same within the including file's EVENT_DEADLINE_S. */
 #define event_wait_for(e, target) event_wait_for_s((e), (target), EVENT_DEADLINE_S)
 
+#ifdef TEST_WANT_COUNTING_WAKER
+#include <stdatomic.h>
+
+/* A user waker that counts what is done to it and signals an event on every
+ * wake. It keeps no real reference count; the counters let a test check that
+ * every reference the library took was given back. */
+struct counting_waker {
+    atomic_long clones;
+    atomic_long drops;
+    atomic_long wakes_by_value;
+    atomic_long wakes_by_ref;
+    struct event woken;
+};
+
+static const rt_waker_vtable counting_waker_vtable;
+
+static inline rt_waker counting_clone(const void *data)
+{
+    struct counting_waker *w = (struct counting_waker *)data;
+    atomic_fetch_add(&w->clones, 1);
+    rt_waker out = {&counting_waker_vtable, data};
+    return out;
+}
+
+static inline void counting_wake(const void *data)
+{
+    struct counting_waker *w = (struct counting_waker *)data;
+    atomic_fetch_add(&w->wakes_by_value, 1);
+    event_signal(&w->woken);
+}
+
+static inline void counting_wake_by_ref(const void *data)
+{
+    struct counting_waker *w = (struct counting_waker *)data;
+    atomic_fetch_add(&w->wakes_by_ref, 1);
+    event_signal(&w->woken);
+}
+
+static inline void counting_drop(const void *data)
+{
+    struct counting_waker *w = (struct counting_waker *)data;
+    atomic_fetch_add(&w->drops, 1);
+}
+
+static const rt_waker_vtable counting_waker_vtable = {
+    counting_clone,
+    counting_wake,
+    counting_wake_by_ref,
+    counting_drop,
+};
+
+static inline void counting_waker_init(struct counting_waker *w)
+{
+    atomic_init(&w->clones, 0);
+    atomic_init(&w->drops, 0);
+    atomic_init(&w->wakes_by_value, 0);
+    atomic_init(&w->wakes_by_ref, 0);
+    pthread_mutex_init(&w->woken.mu, NULL);
+    pthread_cond_init(&w->woken.cv, NULL);
+    w->woken.count = 0;
+}
+
+static inline rt_context counting_context(struct counting_waker *w)
+{
+    rt_waker waker = {&counting_waker_vtable, w};
+    return rt_context_from_waker(waker);
+}
+
+/* References the library took (clones) and has not given back yet. */
+static inline long counting_outstanding(struct counting_waker *w)
+{
+    return atomic_load(&w->clones) - atomic_load(&w->drops) - atomic_load(&w->wakes_by_value);
+}
+#endif
+
 #ifndef TEST_OWN_NEW_RUNTIME
 /* A runtime with `workers` workers and default settings, or the test fails. */
 static inline rt_runtime *new_runtime(unsigned workers)

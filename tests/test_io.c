@@ -11,6 +11,7 @@
 
 #include <asyncrt.h>
 
+#define TEST_WANT_COUNTING_WAKER /* the shared counting user waker */
 #include "support.h"
 
 #include <dirent.h>
@@ -104,75 +105,6 @@ static unsigned char pattern(size_t i)
 {
     uint32_t x = (uint32_t)i * 2654435761u;
     return (unsigned char)((x >> 24) ^ (x >> 11));
-}
-
-/* A user waker that counts what is done to it and signals an event on every
- * wake (clone and drop are counted; it owns nothing). */
-struct counting_waker {
-    atomic_long clones;
-    atomic_long drops;
-    atomic_long wakes_by_value;
-    atomic_long wakes_by_ref;
-    struct event woken;
-};
-
-static const rt_waker_vtable counting_waker_vtable;
-
-static rt_waker counting_clone(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->clones, 1);
-    rt_waker out = {&counting_waker_vtable, data};
-    return out;
-}
-
-static void counting_wake(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->wakes_by_value, 1);
-    event_signal(&w->woken);
-}
-
-static void counting_wake_by_ref(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->wakes_by_ref, 1);
-    event_signal(&w->woken);
-}
-
-static void counting_drop(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->drops, 1);
-}
-
-static const rt_waker_vtable counting_waker_vtable = {
-    counting_clone,
-    counting_wake,
-    counting_wake_by_ref,
-    counting_drop,
-};
-
-static void counting_waker_init(struct counting_waker *w)
-{
-    atomic_init(&w->clones, 0);
-    atomic_init(&w->drops, 0);
-    atomic_init(&w->wakes_by_value, 0);
-    atomic_init(&w->wakes_by_ref, 0);
-    pthread_mutex_init(&w->woken.mu, NULL);
-    pthread_cond_init(&w->woken.cv, NULL);
-    w->woken.count = 0;
-}
-
-static rt_context counting_context(struct counting_waker *w)
-{
-    rt_waker waker = {&counting_waker_vtable, w};
-    return rt_context_from_waker(waker);
-}
-
-static long counting_outstanding(struct counting_waker *w)
-{
-    return atomic_load(&w->clones) - atomic_load(&w->drops) - atomic_load(&w->wakes_by_value);
 }
 
 /* ---- a reader woken by a foreign thread ---------------------------------- */
