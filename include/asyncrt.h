@@ -12,6 +12,9 @@
 #include "asyncrt/timer.h"
 #include "asyncrt/io.h"
 #include "asyncrt/net.h"
+#include "asyncrt/sync.h"
+#include "asyncrt/channel.h"
+#include "asyncrt/group.h"
 
 #define ASYNCRT_VERSION_MAJOR 0
 #define ASYNCRT_VERSION_MINOR 1

@@ -10,5 +10,6 @@
 #define RT_ALIGNED_CACHELINE __attribute__((aligned(RT_CACHELINE)))
 
 #define rt__unlikely(x) __builtin_expect(!!(x), 0)
+#define rt__likely(x) __builtin_expect(!!(x), 1)
 
 #endif

@@ -16,6 +16,10 @@ RT_EXPORT void rt_config_init(rt_config *cfg)
     cfg->workers = 0;
     cfg->injector_interval = 61;
     cfg->spin_rounds = 2;
+    cfg->budget = 128;
+    cfg->blocking_threads = 512;
+    cfg->blocking_idle_ns = 10 * 1000000000LL;
+    cfg->blocking_shutdown_ns = 10 * 1000000000LL;
 }
 
 RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
@@ -54,6 +58,8 @@ static void destroy(rt_runtime *rt)
 {
     destroy_shards(rt, rt->nforeign);
     for (unsigned i = 0; i < rt->nworkers; i++) {
+        if (rt->workers[i].inbox_ready)
+            rt__injector_destroy(&rt->workers[i].inbox);
         free(rt->workers[i].registry.tasks);
         rt__block_cache_clear(&rt->workers[i].cache);
     }
@@ -107,7 +113,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     rt_config_init(&defaults);
     if (cfg == NULL)
         cfg = &defaults;
-    if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0)
+    if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0 ||
+        cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0)
         return -EINVAL;
 
     rt_runtime *rt = aligned_alloc(RT_CACHELINE, sizeof(*rt));
@@ -148,6 +155,11 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         rt__deque_init(&w->deque);
         rt__parker_init(&w->parker);
         rt__block_cache_init(&w->cache, &rt->depot);
+        if ((err = rt__injector_init(&w->inbox)) < 0) {
+            destroy(rt); /* everything is initialised by now */
+            return err;
+        }
+        w->inbox_ready = true;
         w->rt = rt;
         w->index = i;
         w->rng = 0x9e3779b9u * (i + 1);
@@ -211,14 +223,27 @@ static void drain_queues(rt_runtime *rt)
         }
         while ((t = rt__deque_take_owner(&w->deque)) != NULL)
             rt__task_unref(t, 1);
-        t = w->deferred_head;
-        while (t != NULL) {
-            rt_task *next = (rt_task *)t->node.next;
-            rt__task_unref(t, 1);
-            t = next;
+        rt_task *lists[2] = {w->deferred_head, w->local_head};
+        for (int l = 0; l < 2; l++) {
+            t = lists[l];
+            while (t != NULL) {
+                rt_task *next = (rt_task *)t->node.next;
+                rt__task_unref(t, 1);
+                t = next;
+            }
         }
         w->deferred_head = w->deferred_tail = NULL;
         w->deferred_len = 0;
+        w->local_head = w->local_tail = NULL;
+        struct cds_wfcq_node *local_nodes[64];
+        bool local_would_block;
+        for (;;) {
+            size_t n = rt__injector_pop_batch(&w->inbox, local_nodes, 64, &local_would_block);
+            for (size_t i = 0; i < n; i++)
+                rt__task_unref(caa_container_of(local_nodes[i], rt_task, node), 1);
+            if (n == 0 && !local_would_block)
+                break;
+        }
     }
     struct cds_wfcq_node *nodes[64];
     bool would_block;

@@ -15,6 +15,7 @@
 #include <asyncrt/task.h>
 
 #include "common.h"
+#include "atomic.h"
 #include "block_cache.h"
 #include "deque.h"
 #include "injector.h"
@@ -32,6 +33,10 @@
  *   bit 3 CANCELLED      abort was requested / the result is -ECANCELED
  *   bit 4 JOIN_INTEREST  a join handle exists
  *   bit 5 JOIN_WAKER     join_waker holds a waker the completer may use
+ *   bit 6 SMALL          the allocation is a cacheable small block (set at
+ *                        spawn, never changed)
+ *   bit 7 EXTENDED       an rt__task_ext precedes the header in the allocation
+ *                        (a name, a pinned worker; set at spawn, never changed)
  *   bits 8..63           reference count (handles, wakers, queue entry, registry)
  *
  * A task that wakes itself during its own poll (a yield) is a special case
@@ -70,6 +75,8 @@
 #define RT__TASK_CANCELLED (1ull << 3)
 #define RT__TASK_JOIN_INTEREST (1ull << 4)
 #define RT__TASK_JOIN_WAKER (1ull << 5)
+#define RT__TASK_SMALL (1ull << 6)
+#define RT__TASK_EXTENDED (1ull << 7)
 #define RT__TASK_REF_SHIFT 8
 #define RT__TASK_REF_ONE (1ull << RT__TASK_REF_SHIFT)
 #define RT__TASK_FLAGS (RT__TASK_REF_ONE - 1)
@@ -92,16 +99,38 @@ struct rt_task {
     rt_waker join_waker;
     /* Link in the injector or in the owner worker's deferred list. */
     struct cds_wfcq_node node;
-    /* The allocation is a cacheable small block (RT__TASK_SMALL_BLOCK). */
-    uint32_t small_block;
-    /* Unused; keeps the future's state 16-byte aligned. */
-    uint32_t reserved;
+    /* Unique in the process, never 0 (rt_task_id). */
+    uint64_t id;
     /* The future's state follows, aligned for any type. */
     _Alignas(16) unsigned char future_state[];
 };
 
 _Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
                "the task header must fit in one cache line");
+
+/* What a task spawned with options keeps, just before its header in the
+ * same allocation (so the header stays one cache line for every task). */
+typedef struct rt__task_ext {
+    const char *name; /* a copy at the end of the allocation, or NULL */
+    int32_t pinned;   /* the worker index of a local task, or -1 */
+    uint32_t unused;  /* keeps the header 16-byte aligned */
+} rt__task_ext;
+
+_Static_assert(sizeof(rt__task_ext) == 16, "the prefix keeps the header aligned");
+
+static inline rt__task_ext *rt__task_ext_of(rt_task *t)
+{
+    return (rt__task_ext *)((char *)t - sizeof(rt__task_ext));
+}
+
+/* The worker a local task is pinned to, or -1. The flags read are set before
+ * the task is published and never change, so a relaxed load suffices. */
+static inline int rt__task_pinned(rt_task *t)
+{
+    if (rt__likely(!(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED)))
+        return -1;
+    return rt__task_ext_of(t)->pinned;
+}
 
 /* The waker of a runtime task: data is the task. */
 extern const rt_waker_vtable rt__task_waker_vtable;
@@ -211,6 +240,19 @@ typedef struct rt__worker {
     rt_task *deferred_head;
     rt_task *deferred_tail;
     size_t deferred_len;
+    /* Local tasks pinned to this worker, woken here, in FIFO order (owner
+     * only, linked through task->node). */
+    rt_task *local_head;
+    rt_task *local_tail;
+    /* Local tasks of this worker woken or spawned by other threads: only
+     * this worker dequeues. */
+    rt__injector inbox;
+    bool inbox_ready; /* inbox initialised (for cleanup) */
+    /* Operations the current poll may still complete (rt_coop_proceed). */
+    uint32_t budget;
+    /* The block of task ids this worker hands out: next_id up to id_limit. */
+    uint64_t next_id;
+    uint64_t id_limit;
     /* The tasks spawned on this worker (owner only). */
     rt__registry registry;
     /* Free small task blocks (owner only). */
@@ -296,6 +338,9 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
  * scheduled, returns the task (with its queue reference) for the caller to
  * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
 rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
+
+/* A new task id (see task.c). */
+uint64_t rt__task_new_id(void);
 
 /* Puts a task woken during its own poll at the end of the worker's deferred
  * list (the queue reference comes with it). */

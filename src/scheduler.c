@@ -195,13 +195,13 @@ static bool holds_idle_memory(rt__worker *w)
 static void park_worker(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
-    assert(w->deferred_head == NULL && w->lifo == NULL);
+    assert(w->deferred_head == NULL && w->lifo == NULL && w->local_head == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
     RT__DEBUG_YIELD(); /* a producer may push right here */
     /* The RMW above was a full barrier: now re-check what producers may have
      * pushed before they could see us parked. */
-    if (work_visible(rt)) {
+    if (work_visible(rt) || !rt__injector_is_empty(&w->inbox)) {
         if (!cancel_park(w))
             w->searching = true;
         return;
@@ -266,10 +266,67 @@ static void announce_local_work(rt__worker *w)
     notify_parked(w->rt);
 }
 
+/* Wakes worker `w` if it is parked (a local task of its own arrived in its
+ * inbox). The caller's push into the inbox was a full barrier (the
+ * exchange); the worker's park takes sleepers_lock before its re-check of
+ * the inbox, so either we find it sleeping here or its re-check finds the
+ * task. */
+static void unpark_worker(rt__worker *w)
+{
+    rt_runtime *rt = w->rt;
+    pthread_mutex_lock(&rt->sleepers_lock);
+    bool parked = w->sleeping;
+    if (parked) {
+        for (unsigned i = 0; i < rt->nsleepers; i++) {
+            if (rt->sleepers[i] == w->index) {
+                rt->sleepers[i] = rt->sleepers[--rt->nsleepers];
+                break;
+            }
+        }
+        w->sleeping = false;
+        /* It wakes as a searcher, like a worker a notifier picked. */
+        rt__faa_u64(&rt->idle_state, RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE);
+    }
+    pthread_mutex_unlock(&rt->sleepers_lock);
+    if (parked)
+        rt__parker_unpark(&w->parker);
+}
+
+/* Appends a local task to its own worker's private FIFO (owner only). */
+static void push_pinned_local(rt__worker *w, rt_task *t)
+{
+    t->node.next = NULL;
+    if (w->local_tail != NULL)
+        w->local_tail->node.next = (struct cds_wfcq_node *)t;
+    else
+        w->local_head = t;
+    w->local_tail = t;
+}
+
+/* Schedules a local task: onto its worker's private FIFO when that worker is
+ * the caller, else into the worker's inbox, waking it. Never onto a deque,
+ * the LIFO slot or the injector, where another worker could take it. */
+static void schedule_pinned(rt_task *t, int pinned)
+{
+    rt__worker *target = &t->rt->workers[pinned];
+    if (tls_worker == target) {
+        push_pinned_local(target, t);
+        return;
+    }
+    rt__injector_push(&target->inbox, &t->node);
+    RT__DEBUG_YIELD(); /* the worker may be parking right here */
+    unpark_worker(target);
+}
+
 void rt__schedule(rt_task *t)
 {
     rt__worker *w = tls_worker;
     rt_runtime *rt = t->rt;
+    int pinned = rt__task_pinned(t);
+    if (rt__unlikely(pinned >= 0)) {
+        schedule_pinned(t, pinned);
+        return;
+    }
     if (w != NULL && w->rt == rt) {
         /* The task scheduled last runs next, from the worker's LIFO slot: no
          * deque traffic and no fence for the spawn-then-finish and
@@ -444,7 +501,8 @@ static rt_task *take_starving_top(rt__worker *w)
 }
 
 /* Moves the older half of the deferred list (at most half the deque's free
- * room) onto the deque, where thieves can take it, and says so. */
+ * room) onto the deque, where thieves can take it, and says so. Local tasks
+ * stay on the list, in their order: no other worker may run them. */
 static void share_deferred(rt__worker *w)
 {
     size_t n = w->deferred_len;
@@ -452,15 +510,36 @@ static void share_deferred(rt__worker *w)
     size_t share = n / 2 < room ? n / 2 : room;
     if (share == 0)
         return;
-    for (size_t i = 0; i < share; i++) {
+    rt_task *kept_head = NULL, *kept_tail = NULL;
+    size_t moved = 0, kept = 0;
+    for (size_t i = 0; i < share && w->deferred_head != NULL; i++) {
         rt_task *t = w->deferred_head;
         w->deferred_head = (rt_task *)t->node.next;
+        if (rt__task_pinned(t) >= 0) {
+            t->node.next = NULL;
+            if (kept_tail != NULL)
+                kept_tail->node.next = (struct cds_wfcq_node *)t;
+            else
+                kept_head = t;
+            kept_tail = t;
+            kept++;
+            continue;
+        }
         push_local(w, t);
+        moved++;
     }
-    w->deferred_len -= share;
-    if (w->deferred_head == NULL)
+    if (kept_head != NULL) {
+        kept_tail->node.next = (struct cds_wfcq_node *)w->deferred_head;
+        if (w->deferred_head == NULL)
+            w->deferred_tail = kept_tail;
+        w->deferred_head = kept_head;
+    } else if (w->deferred_head == NULL) {
         w->deferred_tail = NULL;
-    announce_local_work(w);
+    }
+    w->deferred_len -= moved;
+    (void)kept;
+    if (moved > 0)
+        announce_local_work(w);
 }
 
 /* Takes the oldest deferred (yielded) task. Deferred tasks run from this
@@ -486,6 +565,27 @@ static rt_task *pop_deferred(rt__worker *w)
     return t;
 }
 
+/* The oldest woken local task of this worker: from the private FIFO, else a
+ * batch from the inbox (the first is returned, the rest queued privately). */
+static rt_task *pop_pinned(rt__worker *w)
+{
+    rt_task *t = w->local_head;
+    if (t != NULL) {
+        w->local_head = (rt_task *)t->node.next;
+        if (w->local_head == NULL)
+            w->local_tail = NULL;
+        return t;
+    }
+    if (rt__injector_is_empty(&w->inbox))
+        return NULL;
+    struct cds_wfcq_node *nodes[RT_INJECTOR_BATCH];
+    bool would_block;
+    size_t n = rt__injector_pop_batch(&w->inbox, nodes, RT_INJECTOR_BATCH, &would_block);
+    for (size_t i = 1; i < n; i++)
+        push_pinned_local(w, task_of_node(nodes[i]));
+    return n > 0 ? task_of_node(nodes[0]) : NULL;
+}
+
 static rt_task *find_local_work(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
@@ -495,6 +595,10 @@ static rt_task *find_local_work(rt__worker *w)
         if (t != NULL)
             return t;
         t = take_starving_top(w);
+        if (t != NULL)
+            return t;
+        /* Local tasks wait at most this long behind a busy deque too. */
+        t = pop_pinned(w);
         if (t != NULL)
             return t;
     }
@@ -515,6 +619,9 @@ static rt_task *find_local_work(rt__worker *w)
     }
     w->lifo_streak = 0;
     t = rt__deque_take_owner(&w->deque);
+    if (t != NULL)
+        return t;
+    t = pop_pinned(w);
     if (t != NULL)
         return t;
     t = pop_deferred(w);
@@ -559,9 +666,10 @@ void *rt__worker_main(void *arg)
             }
             continue;
         }
-        if (w->injector_would_block) {
-            /* Work is in flight in the injector: give its producer the CPU
-             * instead of parking (the re-check would refuse to) or spinning. */
+        if (w->injector_would_block || !rt__injector_is_empty(&w->inbox)) {
+            /* Work is in flight in the injector (or the inbox): give its
+             * producer the CPU instead of parking (the re-check would refuse
+             * to) or spinning. */
             w->injector_would_block = false;
             sched_yield();
             continue;

@@ -20,27 +20,75 @@ static inline void *task_future_state(rt_task *t)
 
 void rt__task_recycle(rt__block_cache *cache, rt_task *t)
 {
-    /* Never touches t->rt: the runtime may already be freed. */
-    if (cache != NULL && t->small_block)
-        rt__block_cache_push(cache, t);
-    else
+    /* Never touches t->rt: the runtime may already be freed. The flags are
+     * read before the block cache reuses the header's first bytes. */
+    uint64_t s = rt__load_relaxed_u64(&t->state);
+    if (s & RT__TASK_SMALL) {
+        if (cache != NULL)
+            rt__block_cache_push(cache, t);
+        else
+            free(t);
+    } else if (s & RT__TASK_EXTENDED) {
+        free(rt__task_ext_of(t));
+    } else {
         free(t);
+    }
 }
 
-static rt_task *task_alloc(rt__block_cache *cache, size_t size)
+/* Allocates a task for `size` bytes of state. Without options it may be a
+ * small block; with a name or a pinned worker the allocation starts with an
+ * rt__task_ext and ends with a copy of the name. *flags receives the
+ * immutable flag bits for the state word. */
+static rt_task *task_alloc(rt__block_cache *cache, size_t size, const char *name, int pinned,
+                           uint64_t *flags)
 {
     rt_task *t;
-    if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
-        t = cache != NULL ? rt__block_cache_pop(cache) : NULL;
-        if (t == NULL && (t = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
-            return NULL;
-        t->small_block = 1;
-    } else {
-        if ((t = malloc(sizeof(rt_task) + size)) == NULL)
-            return NULL;
-        t->small_block = 0;
+    if (name == NULL && pinned < 0) {
+        if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
+            t = cache != NULL ? rt__block_cache_pop(cache) : NULL;
+            if (t == NULL && (t = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
+                return NULL;
+            *flags = RT__TASK_SMALL;
+            return t;
+        }
+        *flags = 0;
+        return malloc(sizeof(rt_task) + size);
     }
+    size_t name_len = name != NULL ? strnlen(name, RT_TASK_NAME_MAX) : 0;
+    size_t name_bytes = name != NULL ? name_len + 1 : 0;
+    char *base = malloc(sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
+    if (base == NULL)
+        return NULL;
+    t = (rt_task *)(base + sizeof(rt__task_ext));
+    rt__task_ext *ext = rt__task_ext_of(t);
+    ext->name = NULL;
+    ext->pinned = pinned;
+    ext->unused = 0;
+    if (name != NULL) {
+        char *copy = (char *)t->future_state + size;
+        memcpy(copy, name, name_len);
+        copy[name_len] = '\0';
+        ext->name = copy;
+    }
+    *flags = RT__TASK_EXTENDED;
     return t;
+}
+
+/* Task ids come from one process-wide counter. Workers take them in blocks,
+ * so spawning on a worker does not write a shared cache line each time. */
+static uint64_t next_task_id = 1;
+#define RT__TASK_ID_BLOCK 1024
+
+uint64_t rt__task_new_id(void)
+{
+    rt__worker *w = rt__worker_current();
+    if (w == NULL)
+        return rt__faa_u64(&next_task_id, 1);
+    if (w->next_id == w->id_limit) {
+        w->next_id = rt__faa_u64(&next_task_id, RT__TASK_ID_BLOCK);
+        w->id_limit = w->next_id + RT__TASK_ID_BLOCK;
+    }
+    return w->next_id++;
 }
 
 void rt__task_unref(rt_task *t, uint64_t n)
@@ -134,7 +182,14 @@ rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt)
         rt_waker_wake(&taken);
         return NULL;
     }
-    return task_wake_transition(t) ? t : NULL;
+    if (!task_wake_transition(t))
+        return NULL;
+    if (rt__task_pinned(t) >= 0) {
+        /* A local task goes to its own worker's inbox, not the shared queue. */
+        rt__schedule(t);
+        return NULL;
+    }
+    return t;
 }
 
 static void task_waker_wake_by_ref(const void *data)
@@ -169,8 +224,33 @@ const rt_waker_vtable rt__task_waker_vtable = {
 
 /* ---- Spawning ----------------------------------------------------------- */
 
-RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                       size_t size, rt_task **handle)
+RT_EXPORT void rt_spawn_options_init(rt_spawn_options *opts)
+{
+    if (opts == NULL)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->name = NULL;
+    opts->worker = RT_WORKER_ANY;
+}
+
+/* The worker index a spawn pins its task to (-1: none), or -EINVAL. */
+static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
+{
+    if (opts == NULL || opts->worker == RT_WORKER_ANY)
+        return -1;
+    if (opts->worker == RT_WORKER_CURRENT) {
+        rt__worker *w = rt__worker_current();
+        if (w == NULL || w->rt != rt)
+            return -EINVAL;
+        return (int)w->index;
+    }
+    if (opts->worker < 0 || (unsigned)opts->worker >= rt->nworkers)
+        return -EINVAL;
+    return opts->worker;
+}
+
+RT_EXPORT int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
+                          rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
 {
     if (handle != NULL)
         *handle = NULL;
@@ -179,6 +259,10 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
     if (rt == NULL || poll == NULL || (state == NULL && size > 0) ||
         size > (SIZE_MAX >> 2) - sizeof(rt_task))
         return -EINVAL;
+    int pinned = spawn_pinned_worker(rt, opts);
+    if (pinned == -EINVAL)
+        return -EINVAL;
+    const char *name = opts != NULL ? opts->name : NULL;
     if (rt__load_acquire_u32(&rt->closing))
         return -ESHUTDOWN;
 
@@ -205,17 +289,19 @@ RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const v
         registry = &sh->registry;
     }
     int err = -ENOMEM;
-    rt_task *t = task_alloc(cache, size);
+    uint64_t flags;
+    rt_task *t = task_alloc(cache, size, name, pinned, &flags);
     if (t == NULL)
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
     uint64_t refs = handle != NULL ? 3 : 2;
-    t->state =
-        RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) | refs * RT__TASK_REF_ONE;
+    t->state = flags | RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
+               refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
     t->drop = drop;
     t->rt = rt;
     t->join_waker = rt_waker_noop();
+    t->id = rt__task_new_id();
     if (size > 0)
         memcpy(t->future_state, state, size);
     err = rt__registry_insert(rt, registry, t, cache);
@@ -234,6 +320,73 @@ out:
      * worker may run, complete and release it. */
     rt__schedule(t);
     return 0;
+}
+
+RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                       size_t size, rt_task **handle)
+{
+    return rt_spawn_ex(rt, NULL, poll, drop, state, size, handle);
+}
+
+RT_EXPORT int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                             size_t size, rt_task **handle)
+{
+    rt_spawn_options opts;
+    rt_spawn_options_init(&opts);
+    opts.worker = RT_WORKER_CURRENT;
+    return rt_spawn_ex(rt, &opts, poll, drop, state, size, handle);
+}
+
+/* ---- Identity ------------------------------------------------------------ */
+
+RT_EXPORT uint64_t rt_task_id(const rt_task *task)
+{
+    return task != NULL ? task->id : 0;
+}
+
+static const char *task_name(rt_task *t)
+{
+    if (!(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED))
+        return NULL;
+    return rt__task_ext_of(t)->name;
+}
+
+RT_EXPORT const char *rt_task_name(const rt_task *task)
+{
+    return task != NULL ? task_name((rt_task *)task) : NULL;
+}
+
+RT_EXPORT uint64_t rt_task_current_id(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL && w->current != NULL ? w->current->id : 0;
+}
+
+RT_EXPORT const char *rt_task_current_name(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL && w->current != NULL ? task_name(w->current) : NULL;
+}
+
+RT_EXPORT int rt_current_worker(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? (int)w->index : -1;
+}
+
+RT_EXPORT bool rt_coop_proceed(rt_context *cx)
+{
+    rt__worker *w = rt__worker_current();
+    if (w == NULL || w->current == NULL || w->rt->config.budget == 0)
+        return true;
+    if (w->budget == 0) {
+        /* Out of budget: the task goes behind the others (a self-wake is a
+         * yield) and the caller returns RT_PENDING having consumed nothing. */
+        rt_waker_wake_by_ref(rt_context_waker(cx));
+        return false;
+    }
+    w->budget--;
+    return true;
 }
 
 /* ---- Completion ---------------------------------------------------------- */
@@ -286,7 +439,11 @@ static void task_drop_future(rt_task *t)
 /* The worker owns RUNNING and saw CANCELLED: drop instead of polling. */
 static void task_cancel_running(rt__worker *w, rt_task *t)
 {
+    /* The drop runs as the task (rt_task_current_id works in it); a wake of
+     * its own waker from there is harmless, the task completes next. */
+    w->current = t;
     task_drop_future(t);
+    w->current = NULL;
     t->u.output = NULL;
     rt__stat_add(&w->cancelled, 1);
     task_complete(t, true, 1); /* and the run queue's reference */
@@ -320,16 +477,18 @@ void rt__task_run(rt__worker *w, rt_task *t)
     rt__stat_add(&w->stats.polls, 1);
     w->current = t;
     w->current_notified = false;
+    w->budget = w->rt->config.budget;
     rt_poll r = t->u.poll(task_future_state(t), &cx, &out);
-    w->current = NULL;
 
     if (r == RT_READY) {
         t->u.output = out;
         task_drop_future(t);
+        w->current = NULL;
         rt__stat_add(&w->completed, 1);
         task_complete(t, false, 1); /* and the run queue's reference */
         return;
     }
+    w->current = NULL;
 
     if (w->current_notified) {
         /* A yield: requeue behind the other runnable tasks, keeping RUNNING

@@ -41,6 +41,10 @@ typedef struct rt_metrics {
     uint64_t completed; /* tasks whose future returned RT_READY */
     uint64_t cancelled; /* tasks dropped unfinished (abort or shutdown) */
     uint64_t alive;     /* spawned - completed - cancelled: not finished yet */
+    /* The blocking pool (rt_spawn_blocking); its jobs are not counted above. */
+    uint64_t blocking_threads;   /* pool threads alive now */
+    uint64_t blocking_jobs;      /* jobs accepted so far */
+    uint64_t blocking_abandoned; /* jobs shutdown gave up waiting for */
 } rt_metrics;
 
 /* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time

@@ -36,6 +36,25 @@ typedef struct rt_config {
      * higher, the lower the wake-up latency for bursty work and the more CPU an
      * idle moment burns. >= 1. Default 2. */
     unsigned spin_rounds;
+    /* Cooperative budget: how many leaf operations (channel sends and
+     * receives, semaphore and mutex acquisitions, notifications, socket and
+     * descriptor reads and writes, joins, sleeps: everything that calls
+     * rt_coop_proceed) one poll of a task may complete before they start
+     * returning RT_PENDING with the task woken, so that a task which always
+     * finds its data ready still lets the other tasks of its worker run.
+     * 0 turns the budget off. Default 128 (Tokio's). */
+    unsigned budget;
+    /* Most threads the blocking pool (rt_spawn_blocking) runs at once; jobs
+     * beyond them queue. >= 1. Default 512. */
+    unsigned blocking_threads;
+    /* A blocking-pool thread with nothing to do for this long exits.
+     * > 0. Default 10 s. */
+    int64_t blocking_idle_ns;
+    /* How long rt_runtime_shutdown waits for blocking jobs that are running;
+     * those still running then are abandoned (their threads finish them
+     * detached) and counted in rt_metrics.blocking_abandoned. Jobs that have
+     * not started are cancelled. < 0: wait for ever. Default 10 s. */
+    int64_t blocking_shutdown_ns;
 } rt_config;
 
 /* Largest accepted rt_config.workers. */
@@ -48,7 +67,7 @@ void rt_config_init(rt_config *cfg);
  * cfg: read during the call only; NULL means the defaults. *out receives the
  * runtime, owned by the caller until rt_runtime_free.
  * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0,
- * spin_rounds 0),
+ * spin_rounds 0, blocking_threads 0, blocking_idle_ns <= 0),
  * -ENOMEM, -EAGAIN (a thread could not be created; nothing is left running).
  * Any thread. */
 int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
@@ -57,7 +76,9 @@ int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
  * finish the poll they are in and exit, then every task that has not finished
  * is cancelled: its drop function runs exactly once (on the calling thread)
  * and its joiner gets -ECANCELED. Then the reactor thread stops, every rt_io
- * still open is closed and freed, and pending timers are released. A sleep
+ * still open is closed and freed, and pending timers are released. Blocking
+ * jobs (rt_spawn_blocking) that have not started are cancelled; running ones
+ * are waited for up to rt_config.blocking_shutdown_ns, then abandoned. A sleep
  * polled by hand outside a task and still pending then reports -ESHUTDOWN
  * when polled; it must be dropped before rt_runtime_free.
  * Returns the number of tasks cancelled (>= 0).

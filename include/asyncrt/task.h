@@ -103,6 +103,104 @@ bool rt_task_is_finished(const rt_task *task);
  * function only. */
 rt_poll rt_yield(rt_context *cx);
 
+/* ---- Spawn options: names and local (pinned) tasks ------------------------ */
+
+/* rt_spawn_options.worker: any worker may run the task (the default). */
+#define RT_WORKER_ANY (-1)
+/* rt_spawn_options.worker: pin the task to the worker that spawns it. */
+#define RT_WORKER_CURRENT (-2)
+
+/* How rt_spawn_ex spawns. Fill with rt_spawn_options_init, then change
+ * fields; fields are only ever added at the end. */
+typedef struct rt_spawn_options {
+    /* A name for diagnostics (rt_task_name), copied at spawn; NULL: none.
+     * At most RT_TASK_NAME_MAX bytes are kept. */
+    const char *name;
+    /* RT_WORKER_ANY, RT_WORKER_CURRENT, or a worker index (0 <= index <
+     * rt_runtime_workers). A task given a worker is local: only that worker
+     * ever polls it (it is never stolen, and wakes from other threads are
+     * forwarded to that worker), so state that must stay on one thread may
+     * live in it. A local task keeps its worker busy: spread heavy ones. */
+    int worker;
+} rt_spawn_options;
+
+/* Longest task name kept (longer names are cut). */
+#define RT_TASK_NAME_MAX 63
+
+/* Fills *opts with the defaults: no name, any worker. Any thread. */
+void rt_spawn_options_init(rt_spawn_options *opts);
+
+/* rt_spawn with options (opts NULL: the defaults, exactly rt_spawn).
+ * Extra errors: -EINVAL for a worker index out of range, for
+ * RT_WORKER_CURRENT from a thread that is not a worker of rt, or for a local
+ * task of another runtime's worker. Any thread, as rt_spawn. */
+int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+                const void *state, size_t size, rt_task **handle);
+
+/* Convenience: spawn a local task pinned to the calling worker (only from a
+ * task of rt, or of rt_current() when rt is NULL). */
+int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                   size_t size, rt_task **handle);
+
+/* ---- Task identity ---------------------------------------------------------
+ *
+ * Every task (blocking jobs included) gets an id at spawn, unique in the
+ * process for its lifetime (a 64-bit counter: ids are never reused), never 0. */
+
+/* The id of the task behind a join handle. Any thread, while the handle is
+ * owned. */
+uint64_t rt_task_id(const rt_task *task);
+
+/* The name given at spawn, or NULL. The string lives as long as the task's
+ * memory (until the handle is released). Any thread, while the handle is
+ * owned. */
+const char *rt_task_name(const rt_task *task);
+
+/* The id of the task whose poll (or drop) the calling thread is running on
+ * a worker, or 0 when it is not running one. */
+uint64_t rt_task_current_id(void);
+
+/* The name of the task the calling worker is polling, or NULL (no name, or
+ * not inside a task's poll). Valid until that poll returns. */
+const char *rt_task_current_name(void);
+
+/* The index of the worker the calling thread is (0 <= index <
+ * rt_runtime_workers), or -1 on any other thread. */
+int rt_current_worker(void);
+
+/* ---- Cooperative budget ----------------------------------------------------
+ *
+ * For leaf futures (the runtime's own channels, locks and sockets call this;
+ * user-written leaves should too). Call it before an operation that could
+ * complete without waiting. true: go on, one unit of the running task's
+ * budget is spent. false: the budget of this poll is used up; the task has
+ * been woken by reference, and the caller must return RT_PENDING without
+ * doing the operation, so that nothing is consumed. Outside a worker's poll
+ * (a future polled by hand on a foreign thread) and with rt_config.budget 0
+ * it always returns true. */
+bool rt_coop_proceed(rt_context *cx);
+
+/* ---- Blocking pool ---------------------------------------------------------*/
+
+/* A plain blocking function for rt_spawn_blocking; its return value is the
+ * task's result. */
+typedef void *(*rt_blocking_fn)(void *arg);
+
+/* Runs fn(arg) on the runtime's blocking pool: a separate set of threads,
+ * created on demand up to rt_config.blocking_threads and exiting after
+ * rt_config.blocking_idle_ns without work. Jobs beyond that maximum queue in
+ * FIFO order. Use it for blocking system calls, file I/O and long
+ * computations that would otherwise hold a worker.
+ * handle: as for rt_spawn (join, wait, detach, abort; NULL: detached). A job
+ * aborted before it started never runs (its joiner gets -ECANCELED); one
+ * already running cannot be interrupted and keeps its result.
+ * The runtime never touches arg: it is the job's to own.
+ * Errors: -EINVAL (fn NULL, rt NULL outside a task), -ENOMEM, -ESHUTDOWN,
+ * -EAGAIN (no thread could be created and none is running to take the job:
+ * it was not queued, nothing ran).
+ * Any thread. */
+int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt_task **handle);
+
 /* Convenience: spawn with the size of the state object taken from its type. */
 #define RT_SPAWN(rt, poll, drop, state_ptr, handle)                                                \
     rt_spawn((rt), (poll), (drop), (state_ptr), sizeof(*(state_ptr)), (handle))

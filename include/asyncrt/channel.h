@@ -1,0 +1,159 @@
+/* asyncrt: channels between tasks and threads.
+ *
+ * Two kinds, both carrying `void *` values that the runtime never looks at,
+ * frees or copies (a value's memory is the business of whoever holds it):
+ * - rt_oneshot: exactly one value, sent once, from one sender to one receiver;
+ * - rt_chan: a bounded multi-producer, single-consumer queue. A send waits
+ *   while the buffer is full (backpressure); waiting senders are served in
+ *   FIFO order, and the values arrive in the order the sends completed.
+ *
+ * Both are heap objects shared by their two sides and freed when both sides
+ * have let go. Every function may be called from any thread: the poll forms
+ * from tasks (or from threads polling by hand), the try forms from anywhere,
+ * the *_blocking forms from threads that are not workers (-EDEADLK there).
+ *
+ * End of stream and closing (errno values):
+ * - -EPIPE to a sender: the receiver is gone or closed the channel; the value
+ *   was not sent and is still the caller's.
+ * - -EPIPE to a receiver: every sender is gone and nothing is left buffered.
+ *
+ * Abort safety: a receive takes a value only in a poll that returns RT_READY,
+ * so an aborted receive loses no message. A send operation dropped while it
+ * waits leaves the queue and its value stays the caller's (it was not sent);
+ * once its poll returned RT_READY the value belongs to the channel. A
+ * successful send or receive spends one unit of the cooperative budget
+ * (rt_coop_proceed). */
+#ifndef ASYNCRT_CHANNEL_H
+#define ASYNCRT_CHANNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "future.h"
+#include "sync.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Oneshot ---------------------------------------------------------------*/
+
+typedef struct rt_oneshot rt_oneshot;
+
+/* Creates a oneshot channel; the caller holds both the sending and the
+ * receiving side of *out and hands them out. Each side is released exactly
+ * once: the sender by rt_oneshot_send or rt_oneshot_sender_drop, the receiver
+ * by rt_oneshot_receiver_drop. Errors: -EINVAL (out NULL), -ENOMEM. */
+int rt_oneshot_new(rt_oneshot **out);
+
+/* Sends `value` and releases the sending side. Returns 0, or -EPIPE when the
+ * receiver was already dropped (the value stays the caller's). Never waits. */
+int rt_oneshot_send(rt_oneshot *o, void *value);
+
+/* Releases the sending side without sending: the receiver gets -EPIPE. */
+void rt_oneshot_sender_drop(rt_oneshot *o);
+
+/* RT_READY with *status 0 and the value in *value, or *status -EPIPE when the
+ * sender was dropped without sending; else RT_PENDING (waker stored). Once
+ * RT_READY, later polls return the same answer again (the value is handed
+ * out once: later polls give *value NULL and *status -EALREADY). value and
+ * status may be NULL. The receiving side stays to be dropped. */
+rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status);
+
+/* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
+ * sender is gone without sending), -EALREADY (already received). */
+int rt_oneshot_try_recv(rt_oneshot *o, void **value);
+
+/* Blocks the calling thread until a value or -EPIPE comes, or timeout_ns
+ * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
+ * -EALREADY, -ENOMEM. */
+int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value);
+
+/* Releases the receiving side. If a value was sent but never received, it is
+ * written to *unreceived (may be NULL: then it is simply not handed back)
+ * and 1 is returned; else *unreceived gets NULL and 0 is returned. A sender
+ * sending afterwards gets -EPIPE. */
+int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
+
+/* ---- Bounded multi-producer channel ---------------------------------------*/
+
+typedef struct rt_chan rt_chan;
+
+/* Creates a channel buffering up to `capacity` values (>= 1). The caller
+ * holds one sender reference and the receiver. Senders are counted: each
+ * rt_chan_sender_clone adds one, each rt_chan_sender_drop gives one back;
+ * the receiver is released by rt_chan_receiver_drop. The channel is freed
+ * when all are gone. Errors: -EINVAL (out NULL, capacity 0 or above
+ * 2^31), -ENOMEM. */
+int rt_chan_new(size_t capacity, rt_chan **out);
+
+/* One more sender reference (to hand to another task or thread). Errors:
+ * -EINVAL (ch NULL). The caller must hold a sender reference already. */
+int rt_chan_sender_clone(rt_chan *ch);
+
+/* Gives back one sender reference. After the last one, the receiver sees
+ * -EPIPE once the buffer is drained. */
+void rt_chan_sender_drop(rt_chan *ch);
+
+/* Receiver side: refuses further sends (waiting and later senders get
+ * -EPIPE, keeping their values); values already buffered can still be
+ * received, after which receives return -EPIPE. Idempotent. */
+void rt_chan_close(rt_chan *ch);
+
+/* Releases the receiver: closes the channel, then passes every value still
+ * buffered to dispose(value, arg) on the calling thread, oldest first
+ * (dispose NULL: they are just forgotten, which leaks them if they own
+ * memory). */
+void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg), void *arg);
+
+/* Values buffered right now (a snapshot), and the capacity. */
+size_t rt_chan_len(rt_chan *ch);
+size_t rt_chan_capacity(const rt_chan *ch);
+
+/* Sends without waiting: 0 (buffered), -EAGAIN (full, or senders already
+ * wait: a try never overtakes them), -EPIPE (closed). */
+int rt_chan_try_send(rt_chan *ch, void *value);
+
+/* Receives without waiting: 0 (*value written), -EAGAIN (empty), -EPIPE
+ * (empty and every sender is gone, or closed and drained). */
+int rt_chan_try_recv(rt_chan *ch, void **value);
+
+/* Receives: RT_READY with *status 0 and the oldest value in *value, or
+ * *status -EPIPE (end of stream: *value NULL); else RT_PENDING with the
+ * context's waker stored (one receiver: a later poll's waker replaces it).
+ * value and status may be NULL. Only the holder of the receiver. */
+rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status);
+
+/* Blocks the calling thread to receive. Errors: -EPIPE, -ETIMEDOUT (timeout_ns
+ * passed; < 0: no limit), -EDEADLK (a worker thread), -ENOMEM. */
+int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value);
+
+/* One send that may wait for room. Fields are private. */
+typedef struct rt_chan_send {
+    rt_chan *ch;      /* NULL: not initialised, or finished */
+    void *value;      /* what is sent */
+    rt_waitnode node; /* place among the waiting senders, and the state */
+} rt_chan_send;
+
+/* Prepares to send `value` on ch (the caller holds a sender reference for
+ * as long as the operation lives). Errors: -EINVAL (op or ch NULL). */
+int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
+
+/* RT_READY with *status 0 once the value is in the channel (it then belongs
+ * to the receiver side), or with *status -EPIPE when the channel is closed
+ * (the value is still the caller's); else RT_PENDING (waker stored). status
+ * may be NULL. */
+rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status);
+
+/* Abandons the send: a waiting send leaves the queue and its value was not
+ * sent. Nothing to do after RT_READY. Idempotent. */
+void rt_chan_send_drop(rt_chan_send *op);
+
+/* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
+ * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM. */
+int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

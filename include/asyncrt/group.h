@@ -1,0 +1,131 @@
+/* asyncrt: task groups (structured concurrency).
+ *
+ * A group owns the tasks spawned into it ("children"). Its owner collects
+ * them as they finish, in the order they finish (rt_group_next), waits for
+ * all of them, cancels them all, and ends the group in one of two ways:
+ * - rt_group_close (an operation to await): cancels every child still
+ *   running and waits until each has finished, so when it is ready nothing
+ *   spawned into the group runs any more;
+ * - rt_group_free (not awaitable, so usable from a drop function, for
+ *   example when the task owning the group is itself aborted): cancels every
+ *   child and releases the group without waiting. Children are dropped at
+ *   their next scheduling point, and the group's memory goes with the last.
+ * A child that owns a group of its own ends it from its drop function, so
+ * cancelling a group cancels the whole tree below it.
+ *
+ * Results: a child's result is its future's `void *` output, which the group
+ * never frees; results not collected by rt_group_next when the group ends are
+ * passed to the dispose function given to rt_group_new (if any).
+ *
+ * Threads: rt_group_spawn, rt_group_cancel and rt_group_len from any thread;
+ * the awaiting operations from one task (or thread polling by hand) at a
+ * time: the group has a single owner's waker. */
+#ifndef ASYNCRT_GROUP_H
+#define ASYNCRT_GROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "future.h"
+#include "runtime.h"
+#include "task.h"
+#include "timer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_group rt_group;
+
+/* Creates a group on `rt` (NULL: rt_current()). dispose(value, arg), if not
+ * NULL, receives every result nobody collected (a child that finished after
+ * the owner stopped collecting). Errors: -EINVAL (out NULL, no runtime),
+ * -ENOMEM. Any thread. */
+int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *arg,
+                 rt_group **out);
+
+/* Spawns a child into the group: as rt_spawn_ex (opts may be NULL), except
+ * that there is no join handle: the result comes out of rt_group_next.
+ * *id (may be NULL) receives the child's task id.
+ * Errors: as rt_spawn_ex, and -EPIPE when the group is closing or freed. On
+ * error nothing was spawned and drop was not called. Any thread. */
+int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+                   const void *state, size_t size, uint64_t *id);
+
+/* Children not collected yet: running ones plus finished ones waiting for
+ * rt_group_next. */
+size_t rt_group_len(rt_group *g);
+
+/* Aborts every child still running (rt_task_abort). They finish as
+ * cancelled and are still collected by rt_group_next (status -ECANCELED).
+ * The group stays usable: children spawned later run normally. */
+void rt_group_cancel(rt_group *g);
+
+/* What rt_group_next collects. */
+typedef struct rt_group_result {
+    uint64_t id;  /* the child's task id */
+    void *value;  /* its result (NULL when cancelled) */
+    int status;   /* 0, or -ECANCELED (aborted, or cancelled by shutdown) */
+} rt_group_result;
+
+/* One wait for the next finished child, with an optional timeout. Fields are
+ * private. */
+typedef struct rt_group_next {
+    rt_group *group; /* NULL: not initialised, or finished */
+    rt_sleep sleep;  /* the timeout */
+    int timed;       /* a timeout is set */
+} rt_group_next;
+
+/* Prepares the wait; timeout_ns < 0: none. Errors: -EINVAL. */
+int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns);
+
+/* RT_READY with 0 and *res filled with a finished child (which is then no
+ * longer counted), or with -ECHILD when the group has no child left at all,
+ * or -ETIMEDOUT when the timeout passed first (nothing collected), or a
+ * timer error (-ENOMEM, -ESHUTDOWN); else RT_PENDING.
+ * *err receives that status (err may be NULL).
+ * Abort safety: a finished child is collected only by a poll that returns
+ * RT_READY, so an aborted wait loses nothing. */
+rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res, int *err);
+
+/* Releases the wait (its timer). Idempotent. */
+void rt_group_next_drop(rt_group_next *op);
+
+/* Waiting for every child: rt_group_join_all waits for them to finish by
+ * themselves, rt_group_close first cancels them (and refuses new spawns).
+ * Either way the results are not returned: they go to the group's dispose
+ * function. Fields are private. */
+typedef struct rt_group_wait {
+    rt_group *group; /* NULL: not initialised, or finished */
+    rt_sleep sleep;  /* the timeout */
+    int timed;       /* a timeout is set */
+    int closing;     /* rt_group_close: cancel first, then wait */
+    size_t failed;   /* children collected with a non-zero status so far */
+} rt_group_wait;
+
+/* Prepares to wait for all children (timeout_ns < 0: none). Errors: -EINVAL. */
+int rt_group_join_all_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
+
+/* Prepares to close the group: cancel every child, refuse new spawns
+ * (-EPIPE), and wait until all have finished. Errors: -EINVAL. */
+int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
+
+/* RT_READY with 0 when no child is left (*failed, may be NULL, receives how
+ * many finished with a non-zero status, cancelled ones included), or
+ * -ETIMEDOUT (children remain; waiting again is allowed), or a timer error;
+ * else RT_PENDING. *err receives that status (may be NULL). */
+rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err);
+
+/* Releases the wait (its timer). Idempotent. */
+void rt_group_wait_drop(rt_group_wait *op);
+
+/* Ends the group: refuses new spawns, cancels every child still running and
+ * releases the owner's reference without waiting. Results not collected go
+ * to dispose (now or as the children finish). g must not be used afterwards.
+ * NULL is a no-op. Any thread, drop functions included. */
+void rt_group_free(rt_group *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,203 @@
+/* asyncrt: semaphores, mutexes and notifications for tasks.
+ *
+ * The three are plain structs the caller places anywhere (in a task's state,
+ * in a heap object shared by several tasks, in a global) and initialises
+ * with their init function. Waiting is done with operation structs, as for
+ * timers: init, then poll until RT_READY, and drop if abandoned before then
+ * (a task's drop function drops the operations its poll left pending). A
+ * zero-initialised operation may be dropped (it then does nothing).
+ *
+ * An operation that has been polled and returned RT_PENDING is linked into
+ * its primitive's wait queue by address: it must stay where it is (in the
+ * task's state, which never moves) until it completes or is dropped.
+ *
+ * All queues are FIFO: whoever started waiting first is served first, and a
+ * newcomer never overtakes a queued waiter (no barging), so nobody starves.
+ *
+ * Threads: every function may be called from any thread, tasks and foreign
+ * threads alike; one operation is polled by one task (or thread) at a time.
+ * The *_blocking functions block the calling thread and fail with -EDEADLK on
+ * a worker thread.
+ *
+ * Abort safety: dropping an operation that is still waiting removes it from
+ * the queue, leaving no dangling waker; dropping one that was granted
+ * permits (or a notification) it had not yet collected gives them back (or
+ * passes the notification on), so nothing is leaked by an aborted waiter.
+ * Every successful acquisition spends one unit of the cooperative budget
+ * (rt_coop_proceed). */
+#ifndef ASYNCRT_SYNC_H
+#define ASYNCRT_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "future.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A waiter's place in a wait queue. Private to the library: do not touch. */
+typedef struct rt_waitnode {
+    struct rt_waitnode *prev; /* toward the head (older), NULL at the head */
+    struct rt_waitnode *next; /* toward the tail (newer), NULL at the tail */
+    rt_waker waker;           /* woken when the waiter is served */
+    size_t want;              /* what the waiter waits for (permits) */
+    uint32_t state;           /* the operation's state (library's own) */
+} rt_waitnode;
+
+/* ---- Semaphore -------------------------------------------------------------*/
+
+/* Counts permits. Fields are private. */
+typedef struct rt_semaphore {
+    uint32_t lock;     /* spinlock over the fields below */
+    size_t permits;    /* available, not granted to anyone */
+    rt_waitnode *head; /* oldest waiter */
+    rt_waitnode *tail; /* newest waiter */
+} rt_semaphore;
+
+/* Largest number of permits a semaphore may hold or one acquisition ask. */
+#define RT_SEMAPHORE_MAX ((size_t)1 << 48)
+
+/* Starts *sem with `permits` permits. Errors: -EINVAL (sem NULL, permits >
+ * RT_SEMAPHORE_MAX). */
+int rt_semaphore_init(rt_semaphore *sem, size_t permits);
+
+/* Ends *sem. Nobody may be waiting on it or use it afterwards. */
+void rt_semaphore_destroy(rt_semaphore *sem);
+
+/* Adds n permits and hands them to queued waiters in FIFO order. Errors:
+ * -EINVAL (sem NULL, or the count would exceed RT_SEMAPHORE_MAX: nothing is
+ * added). */
+int rt_semaphore_release(rt_semaphore *sem, size_t n);
+
+/* Takes n permits if they are available and nobody is queued before the
+ * caller. Returns 0 (the permits are the caller's), -EAGAIN (not now), or
+ * -EINVAL (n 0 or > RT_SEMAPHORE_MAX). Never waits. */
+int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n);
+
+/* Permits available right now (a snapshot). */
+size_t rt_semaphore_available(rt_semaphore *sem);
+
+/* One acquisition of permits. Fields are private. */
+typedef struct rt_semaphore_acquire {
+    rt_semaphore *sem; /* NULL: not initialised, or finished */
+    rt_waitnode node;  /* place in the queue, and the grant state */
+} rt_semaphore_acquire;
+
+/* Prepares to acquire n permits (1 <= n <= RT_SEMAPHORE_MAX). Errors:
+ * -EINVAL. */
+int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_t n);
+
+/* RT_READY once the n permits are the caller's (release them with
+ * rt_semaphore_release), else RT_PENDING with the context's waker stored.
+ * Waits in FIFO order: n permits are granted to the oldest waiter before
+ * anyone behind it gets any. */
+rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx);
+
+/* Abandons the acquisition: leaves the queue, or returns permits granted but
+ * not collected by a poll. Nothing to do after RT_READY (the permits then
+ * belong to the caller, not to the operation). Idempotent. */
+void rt_semaphore_acquire_drop(rt_semaphore_acquire *op);
+
+/* Blocks the calling (foreign) thread until n permits are its own or
+ * timeout_ns passes (< 0: no limit). Errors: -ETIMEDOUT (no permit taken),
+ * -EDEADLK (a worker thread), -EINVAL, -ENOMEM. */
+int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns);
+
+/* ---- Mutex -----------------------------------------------------------------*/
+
+/* An async mutual-exclusion lock: a task waiting for it does not block its
+ * worker. FIFO fair: rt_mutex_unlock hands the lock straight to the oldest
+ * waiter. It is not tied to a thread (a task may move between workers while
+ * holding it) and is not recursive. Fields are private. */
+typedef struct rt_mutex {
+    rt_semaphore sem; /* one permit: the lock */
+} rt_mutex;
+
+/* Starts *m unlocked. Errors: -EINVAL (m NULL). */
+int rt_mutex_init(rt_mutex *m);
+
+/* Ends *m: it must be unlocked, nobody waiting. */
+void rt_mutex_destroy(rt_mutex *m);
+
+/* Takes the lock if it is free and nobody waits for it: 0, or -EBUSY. */
+int rt_mutex_try_lock(rt_mutex *m);
+
+/* Releases the lock (held by the caller's task or thread), handing it to
+ * the oldest waiter if there is one. */
+void rt_mutex_unlock(rt_mutex *m);
+
+/* One wait for the lock. Fields are private. */
+typedef struct rt_mutex_lock {
+    rt_semaphore_acquire acquire; /* the one permit */
+} rt_mutex_lock;
+
+/* Prepares to lock m. Errors: -EINVAL (NULL). */
+int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m);
+
+/* RT_READY once the caller holds the lock, else RT_PENDING (waker stored). */
+rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx);
+
+/* Abandons the wait (a lock handed over but not collected is passed on to
+ * the next waiter or released). After RT_READY it does nothing: the lock is
+ * then held until rt_mutex_unlock. Idempotent. */
+void rt_mutex_lock_drop(rt_mutex_lock *op);
+
+/* Blocks the calling (foreign) thread until it holds the lock or timeout_ns
+ * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread),
+ * -EINVAL, -ENOMEM. */
+int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns);
+
+/* ---- Notify ----------------------------------------------------------------*/
+
+/* Wakes waiting tasks: one at a time (rt_notify_one, which keeps one permit
+ * when nobody waits, so a notification sent just before the wait begins is
+ * not lost), or all those waiting (rt_notify_all). Fields are private. */
+typedef struct rt_notify {
+    uint32_t lock;       /* spinlock over the fields below */
+    uint32_t permit;     /* a notify_one that found nobody waiting */
+    uint64_t generation; /* rt_notify_all calls so far */
+    rt_waitnode *head;   /* oldest waiter */
+    rt_waitnode *tail;   /* newest waiter */
+} rt_notify;
+
+/* Starts *n with no permit. Errors: -EINVAL (n NULL). */
+int rt_notify_init(rt_notify *n);
+
+/* Ends *n. Nobody may be waiting on it. */
+void rt_notify_destroy(rt_notify *n);
+
+/* Wakes the oldest waiter; when nobody waits, stores the permit (at most one:
+ * repeated calls do not add up) that the next wait consumes at once. */
+void rt_notify_one(rt_notify *n);
+
+/* Wakes every waiter whose rt_notified was initialised before this call,
+ * polled yet or not, so "init the wait, check the condition, await" never
+ * misses a notification. Stores no permit. */
+void rt_notify_all(rt_notify *n);
+
+/* One wait for a notification. Fields are private. */
+typedef struct rt_notified {
+    rt_notify *notify;   /* NULL: not initialised, or finished */
+    uint64_t generation; /* rt_notify_all calls seen at init */
+    rt_waitnode node;    /* place in the queue, and the state */
+} rt_notified;
+
+/* Prepares a wait on n; from here on an rt_notify_all wakes it. Errors:
+ * -EINVAL (NULL). */
+int rt_notified_init(rt_notified *op, rt_notify *n);
+
+/* RT_READY once notified (by notify_one, a stored permit, or a notify_all
+ * since the init), else RT_PENDING (waker stored). */
+rt_poll rt_notified_poll(rt_notified *op, rt_context *cx);
+
+/* Abandons the wait. A notify_one that chose this waiter but was not
+ * collected by a poll is passed on to the next waiter (or kept as the
+ * permit), so it is never lost. Idempotent. */
+void rt_notified_drop(rt_notified *op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
