@@ -66,6 +66,8 @@ struct params {
     uint64_t spawn_n;        /* spawn_local / spawn_remote: N tasks */
     uint64_t yield_tasks;    /* yield_many: T tasks */
     uint64_t yields;         /* yield_many: Y yields per task */
+    uint64_t pairs;          /* ping_pong: P pairs of tasks */
+    uint64_t rounds;         /* ping_pong: R round trips per pair */
     uint64_t chain;          /* chained_spawn: D tasks in the chain */
     uint64_t fib_n;          /* fork_join: fib(n) */
     uint64_t timers_n;       /* timers: N sleeping tasks */
@@ -449,6 +451,141 @@ static struct rep_result run_yield_many(rt_runtime *rt, const struct params *p)
     if (yields_seen != p->yield_tasks * p->yields)
         fail("yield_many: %" PRIu64 " yields done, expected %" PRIu64, yields_seen,
              p->yield_tasks * p->yields);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* ping_pong: P pairs of tasks pass a token back and forth R round trips     */
+/* through two single-slot channels per pair. Time: until all 2P finish.    */
+/* ------------------------------------------------------------------------ */
+
+struct pinger {
+    rt_coro co;
+    rt_chan *out;   /* sender of a->b */
+    rt_chan *in;    /* receiver of b->a */
+    uint64_t rounds;
+    uint64_t round;
+    uintptr_t token;
+    rt_chan_send send;
+    struct task_latch *latch;
+};
+
+static void pinger_drop(void *state)
+{
+    struct pinger *p = state;
+    rt_chan_send_drop(&p->send);
+    rt_chan_sender_drop(p->out);
+    rt_chan_receiver_drop(p->in, NULL, NULL);
+}
+
+static rt_poll pinger_poll(void *state, rt_context *cx, void **out)
+{
+    struct pinger *p = state;
+    void *v;
+    int status;
+    RT_CORO_BEGIN(&p->co);
+    for (p->round = 0; p->round < p->rounds; p->round++) {
+        rt_chan_send_init(&p->send, p->out, (void *)p->token);
+        RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
+        if (status != 0)
+            fail("ping_pong: pinger send: %s", rt_strerror(status));
+        RT_AWAIT(&p->co, rt_chan_recv(p->in, cx, &v, &status));
+        if (status != 0)
+            fail("ping_pong: pinger recv: %s", rt_strerror(status));
+        p->token = (uintptr_t)v;
+    }
+    if (p->token != p->rounds)
+        fail("ping_pong: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
+    task_latch_count_down(p->latch, 1);
+    RT_CORO_END(&p->co, out);
+}
+
+struct ponger {
+    rt_coro co;
+    rt_chan *in;  /* receiver of a->b */
+    rt_chan *out; /* sender of b->a */
+    uint64_t rounds;
+    uint64_t round;
+    uintptr_t token;
+    rt_chan_send send;
+    struct task_latch *latch;
+};
+
+static void ponger_drop(void *state)
+{
+    struct ponger *p = state;
+    rt_chan_send_drop(&p->send);
+    rt_chan_sender_drop(p->out);
+    rt_chan_receiver_drop(p->in, NULL, NULL);
+}
+
+static rt_poll ponger_poll(void *state, rt_context *cx, void **out)
+{
+    struct ponger *p = state;
+    void *v;
+    int status;
+    RT_CORO_BEGIN(&p->co);
+    for (p->round = 0; p->round < p->rounds; p->round++) {
+        RT_AWAIT(&p->co, rt_chan_recv(p->in, cx, &v, &status));
+        if (status != 0)
+            fail("ping_pong: ponger recv: %s", rt_strerror(status));
+        p->token = (uintptr_t)v + 1;
+        rt_chan_send_init(&p->send, p->out, (void *)p->token);
+        RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
+        if (status != 0)
+            fail("ping_pong: ponger send: %s", rt_strerror(status));
+    }
+    task_latch_count_down(p->latch, 1);
+    RT_CORO_END(&p->co, out);
+}
+
+struct ping_pong_root {
+    rt_coro co;
+    uint64_t pairs;
+    uint64_t rounds;
+    uint64_t t0;
+    struct rep_result *result;
+    struct task_latch latch;
+};
+
+static rt_poll ping_pong_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct ping_pong_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    task_latch_init(&r->latch, 2 * r->pairs, cx);
+    r->t0 = now_ns();
+    {
+        const uint64_t pairs = r->pairs;
+        uint64_t spawned = 0;
+        for (uint64_t i = 0; i < pairs; i++) {
+            rt_chan *ab, *ba;
+            if (rt_chan_new(1, &ab) < 0 || rt_chan_new(1, &ba) < 0)
+                fail("ping_pong: rt_chan_new failed");
+            struct pinger a = {.out = ab, .in = ba, .rounds = r->rounds, .latch = &r->latch};
+            struct ponger b = {.in = ab, .out = ba, .rounds = r->rounds, .latch = &r->latch};
+            int err = RT_SPAWN(NULL, pinger_poll, pinger_drop, &a, NULL);
+            if (err < 0)
+                task_failed("ping_pong: rt_spawn", err);
+            err = RT_SPAWN(NULL, ponger_poll, ponger_drop, &b, NULL);
+            if (err < 0)
+                task_failed("ping_pong: rt_spawn", err);
+            spawned += 2;
+        }
+        r->result->tasks_spawned += spawned;
+    }
+    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    RT_CORO_END(&r->co, out);
+}
+
+static struct rep_result run_ping_pong(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {.tasks_spawned = 1};
+    struct ping_pong_root root = {.pairs = p->pairs, .rounds = p->rounds, .result = &res};
+    block_on(rt, "ping_pong", ping_pong_root_poll, NULL, &root, sizeof root);
+    if (res.tasks_spawned != 2 * p->pairs + 1)
+        fail("ping_pong: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+             2 * p->pairs);
     return res;
 }
 
@@ -1067,14 +1204,17 @@ static uint64_t ops_tcp_echo(const struct params *p)
     return p->tcp_conns * p->tcp_msgs;
 }
 
-/* In the spec's order, which is also the order they run in.
- * TODO: ping_pong (P pairs, two single-slot channels per pair) plugs in here
- * once channels exist: give it `run` and `ops`. */
+static uint64_t ops_ping_pong(const struct params *p)
+{
+    return p->pairs * p->rounds;
+}
+
+/* In the spec's order, which is also the order they run in. */
 static const struct workload WORKLOADS[] = {
     {"spawn_local", run_spawn_local, ops_spawn},
     {"spawn_remote", run_spawn_remote, ops_spawn},
     {"yield_many", run_yield_many, ops_yield_many},
-    {"ping_pong", NULL, NULL},
+    {"ping_pong", run_ping_pong, ops_ping_pong},
     {"chained_spawn", run_chained_spawn, ops_chained_spawn},
     {"fork_join", run_fork_join, ops_fork_join},
     {"timers", run_timers, ops_timers},
@@ -1223,6 +1363,8 @@ static const char USAGE[] =
     "  --spawn-n N            spawn_local/spawn_remote: tasks (default 100000)\n"
     "  --yield-tasks T        yield_many: tasks (default 1000)\n"
     "  --yields Y             yield_many: yields per task (default 1000)\n"
+    "  --pairs P              ping_pong: pairs of tasks (default 1000)\n"
+    "  --rounds R             ping_pong: round trips per pair (default 100)\n"
     "  --chain D              chained_spawn: chain length (default 100000)\n"
     "  --fib N                fork_join: fib(N) (default 27)\n"
     "  --timers-n N           timers: sleeping tasks (default 100000)\n"
@@ -1319,6 +1461,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_SPAWN_N,
         OPT_YIELD_TASKS,
         OPT_YIELDS,
+        OPT_PAIRS,
+        OPT_ROUNDS,
         OPT_CHAIN,
         OPT_FIB,
         OPT_TIMERS_N,
@@ -1339,6 +1483,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"spawn-n", required_argument, NULL, OPT_SPAWN_N},
         {"yield-tasks", required_argument, NULL, OPT_YIELD_TASKS},
         {"yields", required_argument, NULL, OPT_YIELDS},
+        {"pairs", required_argument, NULL, OPT_PAIRS},
+        {"rounds", required_argument, NULL, OPT_ROUNDS},
         {"chain", required_argument, NULL, OPT_CHAIN},
         {"fib", required_argument, NULL, OPT_FIB},
         {"timers-n", required_argument, NULL, OPT_TIMERS_N},
@@ -1362,6 +1508,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         .params = {.spawn_n = 100000,
                    .yield_tasks = 1000,
                    .yields = 1000,
+                   .pairs = 1000,
+                   .rounds = 100,
                    .chain = 100000,
                    .fib_n = 27,
                    .timers_n = 100000,
@@ -1396,6 +1544,12 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_YIELDS:
             o->params.yields = parse_count("--yields", optarg, 1, 1u << 30);
+            break;
+        case OPT_PAIRS:
+            o->params.pairs = parse_count("--pairs", optarg, 1, 1u << 24);
+            break;
+        case OPT_ROUNDS:
+            o->params.rounds = parse_count("--rounds", optarg, 1, 1u << 30);
             break;
         case OPT_CHAIN:
             o->params.chain = parse_count("--chain", optarg, 1, 1u << 30);

@@ -270,8 +270,14 @@ typedef struct rt__worker {
 /* Polls in a row the LIFO slot may take ahead of waiting yielded tasks. */
 #define RT__LIFO_STREAK_MAX 3
 
-/* The worker the calling thread is, or NULL. */
-rt__worker *rt__worker_current(void);
+/* The worker the calling thread is, or NULL (set by the worker's loop). */
+extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
+
+static inline rt__worker *rt__worker_current(void)
+{
+    return rt__tls_worker;
+}
+
 
 /* ---- Runtime ------------------------------------------------------------*/
 
@@ -323,6 +329,23 @@ struct rt_runtime {
     bool shut_down;
     unsigned threads_started;
 };
+
+/* rt_coop_proceed for the library's own leaves (inline: it runs on every
+ * channel, lock and socket operation). */
+static inline bool rt__coop_proceed(rt_context *cx)
+{
+    rt__worker *w = rt__tls_worker;
+    if (w == NULL || w->current == NULL || w->rt->config.budget == 0)
+        return true;
+    if (w->budget == 0) {
+        /* Out of budget: the task goes behind the others (a self-wake is a
+         * yield) and the caller returns RT_PENDING having consumed nothing. */
+        rt_waker_wake_by_ref(rt_context_waker(cx));
+        return false;
+    }
+    w->budget--;
+    return true;
+}
 
 /* Schedules a task whose NOTIFIED bit the caller just set, with the queue
  * reference the caller owns: onto the calling worker's deque when it is a

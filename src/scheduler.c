@@ -45,12 +45,8 @@
 /* Largest injector batch a worker takes at once. */
 #define RT_INJECTOR_BATCH 64
 
-static __thread rt__worker *tls_worker __attribute__((tls_model("initial-exec")));
-
-rt__worker *rt__worker_current(void)
-{
-    return tls_worker;
-}
+__thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
+#define tls_worker rt__tls_worker
 
 RT_EXPORT rt_runtime *rt_current(void)
 {

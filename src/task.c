@@ -376,17 +376,7 @@ RT_EXPORT int rt_current_worker(void)
 
 RT_EXPORT bool rt_coop_proceed(rt_context *cx)
 {
-    rt__worker *w = rt__worker_current();
-    if (w == NULL || w->current == NULL || w->rt->config.budget == 0)
-        return true;
-    if (w->budget == 0) {
-        /* Out of budget: the task goes behind the others (a self-wake is a
-         * yield) and the caller returns RT_PENDING having consumed nothing. */
-        rt_waker_wake_by_ref(rt_context_waker(cx));
-        return false;
-    }
-    w->budget--;
-    return true;
+    return rt__coop_proceed(cx);
 }
 
 /* ---- Completion ---------------------------------------------------------- */

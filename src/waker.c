@@ -3,6 +3,7 @@
 #include <asyncrt/future.h>
 
 #include "common.h"
+#include "waker.h"
 
 static rt_waker noop_clone(const void *data);
 static void noop_fn(const void *data)
@@ -10,23 +11,23 @@ static void noop_fn(const void *data)
     (void)data;
 }
 
-static const rt_waker_vtable noop_vtable = {noop_clone, noop_fn, noop_fn, noop_fn};
+const rt_waker_vtable rt__noop_waker_vtable = {noop_clone, noop_fn, noop_fn, noop_fn};
 
 static rt_waker noop_clone(const void *data)
 {
-    rt_waker w = {&noop_vtable, data};
+    rt_waker w = {&rt__noop_waker_vtable, data};
     return w;
 }
 
 RT_EXPORT rt_waker rt_waker_noop(void)
 {
-    rt_waker w = {&noop_vtable, NULL};
+    rt_waker w = {&rt__noop_waker_vtable, NULL};
     return w;
 }
 
 RT_EXPORT bool rt_waker_is_noop(const rt_waker *waker)
 {
-    return waker->vtable == &noop_vtable;
+    return waker->vtable == &rt__noop_waker_vtable;
 }
 
 RT_EXPORT rt_waker rt_waker_clone(const rt_waker *waker)

@@ -20,7 +20,9 @@
  * Abort safety: a receive takes a value only in a poll that returns RT_READY,
  * so an aborted receive loses no message. A send operation dropped while it
  * waits leaves the queue and its value stays the caller's (it was not sent);
- * once its poll returned RT_READY the value belongs to the channel. A
+ * once its poll returned RT_READY the value belongs to the channel, and
+ * rt_chan_send_drop says which of the two happened when a receive accepted
+ * the value just before the drop. A
  * successful send or receive spends one unit of the cooperative budget
  * (rt_coop_proceed). */
 #ifndef ASYNCRT_CHANNEL_H
@@ -54,10 +56,10 @@ int rt_oneshot_send(rt_oneshot *o, void *value);
 void rt_oneshot_sender_drop(rt_oneshot *o);
 
 /* RT_READY with *status 0 and the value in *value, or *status -EPIPE when the
- * sender was dropped without sending; else RT_PENDING (waker stored). Once
- * RT_READY, later polls return the same answer again (the value is handed
- * out once: later polls give *value NULL and *status -EALREADY). value and
- * status may be NULL. The receiving side stays to be dropped. */
+ * sender was dropped without sending; else RT_PENDING (waker stored). The
+ * value is handed out once: a poll after it was taken reports RT_READY with
+ * *value NULL and *status -EALREADY. value and status may be NULL. The
+ * receiving side stays to be dropped. */
 rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status);
 
 /* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
@@ -145,9 +147,12 @@ int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
  * may be NULL. */
 rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status);
 
-/* Abandons the send: a waiting send leaves the queue and its value was not
- * sent. Nothing to do after RT_READY. Idempotent. */
-void rt_chan_send_drop(rt_chan_send *op);
+/* Abandons the send. Returns 0 when the value was not sent (a waiting send
+ * leaves the queue; the value is still the caller's), or 1 when a receive
+ * had already moved it into the channel before the drop (it then belongs to
+ * the receiver side, as after RT_READY). Nothing to do, and 0, after
+ * RT_READY or a second call. */
+int rt_chan_send_drop(rt_chan_send *op);
 
 /* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
  * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM. */

@@ -1,0 +1,589 @@
+/* Channels: a oneshot slot, and a bounded multi-producer queue with FIFO
+ * backpressure.
+ *
+ * Both are small critical sections under a spinlock: every field below is
+ * read and written with the lock held (the CAS that takes it is the acquire,
+ * the store that releases it the release), including the state of the send
+ * operations queued on a channel. Wakers are taken out under the lock and
+ * woken after it is released.
+ *
+ * The bounded channel keeps one invariant that makes backpressure FIFO:
+ * senders wait in the queue only while the buffer is full. A receive that
+ * takes a value moves the oldest waiting sender's value into the freed slot
+ * at once and marks that sender GRANTED, so the buffer stays full while
+ * anyone waits, a new send can never overtake a waiting one, and values
+ * enter the buffer in the order their sends began to wait. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <asyncrt/channel.h>
+#include <asyncrt/task.h>
+
+#include "common.h"
+#include "runtime.h"
+#include "waitq.h"
+#include "waker.h"
+
+/* ---- Oneshot ---------------------------------------------------------------*/
+
+struct rt_oneshot {
+    uint32_t lock;     /* spinlock over the fields below */
+    bool sent;         /* a value was sent */
+    bool taken;        /* the receiver took it */
+    bool tx_gone;      /* the sending side is released */
+    bool rx_gone;      /* the receiving side is released */
+    void *value;       /* the value, once sent */
+    rt_waker rx_waker; /* the waiting receiver, or the no-op waker */
+};
+
+RT_EXPORT int rt_oneshot_new(rt_oneshot **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    rt_oneshot *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return -ENOMEM;
+    o->rx_waker = rt__waker_noop();
+    *out = o;
+    return 0;
+}
+
+/* Releases one side (under the lock, which it releases); frees the object
+ * when both are gone. *wake is woken afterwards. */
+static void oneshot_unlock_and_wake(rt_oneshot *o, rt_waker *wake)
+{
+    bool both_gone = o->tx_gone && o->rx_gone;
+    rt__waitq_unlock(&o->lock);
+    rt_waker_wake(wake);
+    if (both_gone)
+        free(o);
+}
+
+RT_EXPORT int rt_oneshot_send(rt_oneshot *o, void *value)
+{
+    if (o == NULL)
+        return -EINVAL;
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&o->lock);
+    int err = -EPIPE;
+    if (!o->rx_gone) {
+        o->value = value;
+        o->sent = true;
+        wake = o->rx_waker;
+        o->rx_waker = rt__waker_noop();
+        err = 0;
+    }
+    o->tx_gone = true;
+    oneshot_unlock_and_wake(o, &wake);
+    return err;
+}
+
+RT_EXPORT void rt_oneshot_sender_drop(rt_oneshot *o)
+{
+    if (o == NULL)
+        return;
+    rt__waitq_lock(&o->lock);
+    o->tx_gone = true;
+    /* The receiver learns that nothing will come. */
+    rt_waker wake = o->rx_waker;
+    o->rx_waker = rt__waker_noop();
+    oneshot_unlock_and_wake(o, &wake);
+}
+
+/* The receive under the lock: 0 (taken), -EAGAIN, -EPIPE or -EALREADY. */
+static int oneshot_take_locked(rt_oneshot *o, void **value)
+{
+    if (o->taken)
+        return -EALREADY;
+    if (o->sent) {
+        *value = o->value;
+        o->value = NULL;
+        o->taken = true;
+        return 0;
+    }
+    return o->tx_gone ? -EPIPE : -EAGAIN;
+}
+
+RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status)
+{
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    void *v = NULL;
+    rt_waker old = rt__waker_noop();
+    rt__waitq_lock(&o->lock);
+    int err = oneshot_take_locked(o, &v);
+    if (err == -EAGAIN) {
+        if (!rt_waker_will_wake(&o->rx_waker, rt_context_waker(cx))) {
+            old = o->rx_waker;
+            o->rx_waker = rt_waker_clone(rt_context_waker(cx));
+        }
+    }
+    rt__waitq_unlock(&o->lock);
+    rt_waker_drop(&old);
+    if (err == -EAGAIN)
+        return RT_PENDING;
+    if (value != NULL)
+        *value = v;
+    if (status != NULL)
+        *status = err;
+    return RT_READY;
+}
+
+RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
+{
+    if (o == NULL)
+        return -EINVAL;
+    void *v = NULL;
+    rt__waitq_lock(&o->lock);
+    int err = oneshot_take_locked(o, &v);
+    rt__waitq_unlock(&o->lock);
+    if (value != NULL)
+        *value = v;
+    return err;
+}
+
+struct oneshot_blocking {
+    rt_oneshot *o;
+    void *value;
+    int status;
+};
+
+static rt_poll oneshot_blocking_poll(void *arg, rt_context *cx)
+{
+    struct oneshot_blocking *b = arg;
+    return rt_oneshot_recv(b->o, cx, &b->value, &b->status);
+}
+
+RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
+{
+    if (o == NULL)
+        return -EINVAL;
+    struct oneshot_blocking b = {o, NULL, 0};
+    int err = rt__block_on_poll(oneshot_blocking_poll, &b, timeout_ns);
+    if (err == 0)
+        err = b.status;
+    if (value != NULL)
+        *value = b.value;
+    return err;
+}
+
+RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
+{
+    if (unreceived != NULL)
+        *unreceived = NULL;
+    if (o == NULL)
+        return 0;
+    rt__waitq_lock(&o->lock);
+    int had = 0;
+    if (o->sent && !o->taken) {
+        if (unreceived != NULL)
+            *unreceived = o->value;
+        had = 1;
+    }
+    o->rx_gone = true;
+    rt_waker old = o->rx_waker;
+    o->rx_waker = rt__waker_noop();
+    bool both_gone = o->tx_gone;
+    rt__waitq_unlock(&o->lock);
+    rt_waker_drop(&old);
+    if (both_gone)
+        free(o);
+    return had;
+}
+
+/* ---- Bounded multi-producer channel ---------------------------------------*/
+
+struct rt_chan {
+    uint32_t lock;         /* spinlock over everything below */
+    bool closed;           /* the receiver closed: sends fail */
+    bool rx_gone;          /* the receiver was dropped */
+    size_t senders;        /* sender references */
+    size_t capacity;       /* slots in buf */
+    size_t len;            /* values buffered */
+    size_t first;          /* index of the oldest buffered value */
+    rt_waker rx_waker;     /* the receiver's last waker, or the no-op waker */
+    bool rx_waiting;       /* the receiver waits: rx_waker must be woken */
+    rt_waitnode *tx_head;  /* oldest waiting send (only while full) */
+    rt_waitnode *tx_tail;  /* newest waiting send */
+    void *buf[];           /* the ring of values */
+};
+
+#define RT__CHAN_MAX_CAPACITY ((size_t)1 << 31)
+
+static inline rt_chan_send *send_of_node(rt_waitnode *n)
+{
+    return (rt_chan_send *)((char *)n - offsetof(rt_chan_send, node));
+}
+
+RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
+{
+    if (out == NULL || capacity == 0 || capacity > RT__CHAN_MAX_CAPACITY)
+        return -EINVAL;
+    rt_chan *ch = calloc(1, sizeof(*ch) + capacity * sizeof(void *));
+    if (ch == NULL)
+        return -ENOMEM;
+    ch->senders = 1;
+    ch->capacity = capacity;
+    ch->rx_waker = rt__waker_noop();
+    *out = ch;
+    return 0;
+}
+
+/* Releases the lock; frees the channel when its last side is gone. */
+static void chan_unlock(rt_chan *ch)
+{
+    bool gone = ch->senders == 0 && ch->rx_gone;
+    rt__waitq_unlock(&ch->lock);
+    if (gone)
+        free(ch);
+}
+
+static inline void chan_push_locked(rt_chan *ch, void *value)
+{
+    size_t slot = ch->first + ch->len;
+    if (slot >= ch->capacity)
+        slot -= ch->capacity;
+    ch->buf[slot] = value;
+    ch->len++;
+}
+
+/* Wakes the receiver if it waits. The receiver keeps its waker stored
+ * between waits, so a receiver that waits again with the same task needs no
+ * new clone. A runtime task's waker is woken by reference right here, under
+ * the lock: the stored reference stays valid while we hold it, and a task
+ * wake only touches the task's word and a run queue (never a channel lock),
+ * so it cannot deadlock. Any other waker is cloned and returned in *wake,
+ * to be woken once the lock is released, since it may run user code. */
+static inline void chan_wake_rx_locked(rt_chan *ch, rt_waker *wake)
+{
+    if (!ch->rx_waiting)
+        return;
+    ch->rx_waiting = false;
+    if (ch->rx_waker.vtable == &rt__task_waker_vtable)
+        rt_waker_wake_by_ref(&ch->rx_waker);
+    else
+        *wake = rt_waker_clone(&ch->rx_waker);
+}
+
+RT_EXPORT int rt_chan_sender_clone(rt_chan *ch)
+{
+    if (ch == NULL)
+        return -EINVAL;
+    rt__waitq_lock(&ch->lock);
+    ch->senders++;
+    rt__waitq_unlock(&ch->lock);
+    return 0;
+}
+
+RT_EXPORT void rt_chan_sender_drop(rt_chan *ch)
+{
+    if (ch == NULL)
+        return;
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&ch->lock);
+    if (--ch->senders == 0)
+        chan_wake_rx_locked(ch, &wake); /* the receiver may now see the end */
+    chan_unlock(ch);
+    rt_waker_wake(&wake);
+}
+
+/* Marks the channel closed and fails every waiting send. Takes the lock
+ * and returns with it held. */
+static void chan_close_locked(rt_chan *ch)
+{
+    rt__wake_list wakes = {0};
+    rt__waitq_lock(&ch->lock);
+    ch->closed = true;
+    while (ch->tx_head != NULL) {
+        if (wakes.n == RT__WAKE_LIST_MAX) {
+            rt__waitq_unlock(&ch->lock);
+            rt__wake_list_wake(&wakes);
+            rt__waitq_lock(&ch->lock);
+            continue;
+        }
+        rt_waitnode *n = rt__waitq_pop(&ch->tx_head, &ch->tx_tail);
+        n->state = RT__WAIT_CLOSED;
+        rt__wake_list_take(&wakes, n);
+    }
+    if (wakes.n > 0) {
+        rt__waitq_unlock(&ch->lock);
+        rt__wake_list_wake(&wakes);
+        rt__waitq_lock(&ch->lock);
+    }
+}
+
+RT_EXPORT void rt_chan_close(rt_chan *ch)
+{
+    if (ch == NULL)
+        return;
+    chan_close_locked(ch);
+    rt__waitq_unlock(&ch->lock);
+}
+
+RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg),
+                                     void *arg)
+{
+    if (ch == NULL)
+        return;
+    chan_close_locked(ch);
+    /* Closed: nothing more comes in, so the buffer only shrinks. The values
+     * go to dispose one at a time, outside the lock. */
+    while (ch->len > 0) {
+        void *v = ch->buf[ch->first];
+        ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
+        ch->len--;
+        rt__waitq_unlock(&ch->lock);
+        if (dispose != NULL)
+            dispose(v, arg);
+        rt__waitq_lock(&ch->lock);
+    }
+    ch->rx_gone = true;
+    ch->rx_waiting = false;
+    rt_waker old = ch->rx_waker;
+    ch->rx_waker = rt__waker_noop();
+    chan_unlock(ch);
+    rt_waker_drop(&old);
+}
+
+RT_EXPORT size_t rt_chan_len(rt_chan *ch)
+{
+    rt__waitq_lock(&ch->lock);
+    size_t n = ch->len;
+    rt__waitq_unlock(&ch->lock);
+    return n;
+}
+
+RT_EXPORT size_t rt_chan_capacity(const rt_chan *ch)
+{
+    return ch->capacity;
+}
+
+RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
+{
+    if (ch == NULL)
+        return -EINVAL;
+    rt__waitq_lock(&ch->lock);
+    if (ch->closed) {
+        rt__waitq_unlock(&ch->lock);
+        return -EPIPE;
+    }
+    if (ch->len == ch->capacity) {
+        /* Full (always the case while senders wait: see the top). */
+        rt__waitq_unlock(&ch->lock);
+        return -EAGAIN;
+    }
+    chan_push_locked(ch, value);
+    rt_waker wake = rt__waker_noop();
+    chan_wake_rx_locked(ch, &wake);
+    rt__waitq_unlock(&ch->lock);
+    rt_waker_wake(&wake);
+    return 0;
+}
+
+/* The receive under the lock: 0 (*value taken, the oldest waiting sender
+ * moved into the freed slot and its waker put in *wake), -EAGAIN or -EPIPE. */
+static int chan_take_locked(rt_chan *ch, void **value, rt_waker *wake)
+{
+    if (ch->len == 0)
+        return ch->senders == 0 || ch->closed ? -EPIPE : -EAGAIN;
+    *value = ch->buf[ch->first];
+    ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
+    ch->len--;
+    rt_waitnode *n = rt__waitq_pop(&ch->tx_head, &ch->tx_tail);
+    if (n != NULL) {
+        chan_push_locked(ch, send_of_node(n)->value);
+        n->state = RT__WAIT_GRANTED;
+        *wake = n->waker;
+        n->waker = rt__waker_noop();
+    }
+    return 0;
+}
+
+RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
+{
+    if (ch == NULL)
+        return -EINVAL;
+    void *v = NULL;
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&ch->lock);
+    int err = chan_take_locked(ch, &v, &wake);
+    rt__waitq_unlock(&ch->lock);
+    rt_waker_wake(&wake);
+    if (value != NULL)
+        *value = v;
+    return err;
+}
+
+RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status)
+{
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    void *v = NULL;
+    rt_waker wake = rt__waker_noop();
+    rt_waker old = rt__waker_noop();
+    rt__waitq_lock(&ch->lock);
+    int err = chan_take_locked(ch, &v, &wake);
+    if (err == -EAGAIN) {
+        if (!rt_waker_will_wake(&ch->rx_waker, rt_context_waker(cx))) {
+            old = ch->rx_waker;
+            ch->rx_waker = rt_waker_clone(rt_context_waker(cx));
+        }
+        ch->rx_waiting = true;
+    }
+    rt__waitq_unlock(&ch->lock);
+    rt_waker_drop(&old);
+    rt_waker_wake(&wake);
+    if (err == -EAGAIN)
+        return RT_PENDING;
+    if (value != NULL)
+        *value = v;
+    if (status != NULL)
+        *status = err;
+    return RT_READY;
+}
+
+struct chan_recv_blocking {
+    rt_chan *ch;
+    void *value;
+    int status;
+};
+
+static rt_poll chan_recv_blocking_poll(void *arg, rt_context *cx)
+{
+    struct chan_recv_blocking *b = arg;
+    return rt_chan_recv(b->ch, cx, &b->value, &b->status);
+}
+
+RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
+{
+    if (ch == NULL)
+        return -EINVAL;
+    struct chan_recv_blocking b = {ch, NULL, 0};
+    int err = rt__block_on_poll(chan_recv_blocking_poll, &b, timeout_ns);
+    if (err == 0)
+        err = b.status;
+    if (value != NULL)
+        *value = b.value;
+    return err;
+}
+
+RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)
+{
+    if (op == NULL || ch == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->ch = ch;
+    op->value = value;
+    op->node.waker = rt__waker_noop();
+    op->node.state = RT__WAIT_IDLE;
+    return 0;
+}
+
+RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status)
+{
+    rt_chan *ch = op->ch;
+    if (ch == NULL) {
+        if (status != NULL)
+            *status = 0;
+        return RT_READY;
+    }
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    rt_waker wake = rt__waker_noop();
+    rt_waker old = rt__waker_noop();
+    int err = 1; /* pending */
+    rt__waitq_lock(&ch->lock);
+    switch (op->node.state) {
+    case RT__WAIT_GRANTED:
+        old = op->node.waker;
+        op->node.waker = rt__waker_noop();
+        err = 0;
+        break;
+    case RT__WAIT_CLOSED:
+        old = op->node.waker;
+        op->node.waker = rt__waker_noop();
+        err = -EPIPE;
+        break;
+    case RT__WAIT_QUEUED:
+        rt__waitq_set_waker(&op->node, cx, &old);
+        break;
+    default:
+        if (ch->closed) {
+            err = -EPIPE;
+        } else if (ch->len < ch->capacity) {
+            chan_push_locked(ch, op->value);
+            chan_wake_rx_locked(ch, &wake);
+            err = 0;
+        } else {
+            op->node.waker = rt_waker_clone(rt_context_waker(cx));
+            op->node.state = RT__WAIT_QUEUED;
+            rt__waitq_push(&ch->tx_head, &ch->tx_tail, &op->node);
+        }
+        break;
+    }
+    if (err <= 0)
+        op->node.state = RT__WAIT_DONE;
+    rt__waitq_unlock(&ch->lock);
+    rt_waker_drop(&old);
+    rt_waker_wake(&wake);
+    if (err > 0)
+        return RT_PENDING;
+    op->ch = NULL;
+    if (status != NULL)
+        *status = err;
+    return RT_READY;
+}
+
+/* Abandons a send; returns true when its value had been accepted into the
+ * channel meanwhile (GRANTED but not yet reported by a poll). */
+static bool chan_send_abandon(rt_chan_send *op)
+{
+    rt_chan *ch = op->ch;
+    if (ch == NULL)
+        return false;
+    op->ch = NULL;
+    rt__waitq_lock(&ch->lock);
+    bool sent = op->node.state == RT__WAIT_GRANTED;
+    if (op->node.state == RT__WAIT_QUEUED)
+        rt__waitq_remove(&ch->tx_head, &ch->tx_tail, &op->node);
+    op->node.state = RT__WAIT_DONE;
+    rt_waker old = op->node.waker;
+    op->node.waker = rt__waker_noop();
+    rt__waitq_unlock(&ch->lock);
+    rt_waker_drop(&old);
+    return sent;
+}
+
+RT_EXPORT int rt_chan_send_drop(rt_chan_send *op)
+{
+    /* A send accepted but not reported stays sent: its value is in the
+     * buffer, owned by the receiver side, exactly as after RT_READY. */
+    return chan_send_abandon(op) ? 1 : 0;
+}
+
+struct chan_send_blocking {
+    rt_chan_send op;
+    int status;
+};
+
+static rt_poll chan_send_blocking_poll(void *arg, rt_context *cx)
+{
+    struct chan_send_blocking *b = arg;
+    return rt_chan_send_poll(&b->op, cx, &b->status);
+}
+
+RT_EXPORT int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns)
+{
+    struct chan_send_blocking b;
+    int err = rt_chan_send_init(&b.op, ch, value);
+    if (err < 0)
+        return err;
+    b.status = 0;
+    err = rt__block_on_poll(chan_send_blocking_poll, &b, timeout_ns);
+    if (err == 0)
+        return b.status;
+    /* Timed out (or no memory): unless the value got in at the last moment,
+     * it was not sent and is still the caller's. */
+    return chan_send_abandon(&b.op) ? 0 : err;
+}

@@ -1,0 +1,393 @@
+/* Semaphore, mutex and notify: FIFO wait queues under a spinlock.
+ *
+ * Every field of a primitive and the state of every node queued on it is
+ * read and written under the primitive's spinlock (the CAS taking it is the
+ * acquire, the store releasing it the release), so the protocols here are
+ * ordinary critical sections. Wakers are taken out of served nodes under
+ * the lock and woken after it is released: a wake may take other locks
+ * (a task's state word, the injector) and must not nest inside ours. */
+#include <errno.h>
+#include <string.h>
+
+#include <asyncrt/sync.h>
+#include <asyncrt/task.h>
+
+#include "common.h"
+#include "runtime.h"
+#include "waitq.h"
+#include "waker.h"
+
+/* ---- Semaphore -------------------------------------------------------------*/
+
+RT_EXPORT int rt_semaphore_init(rt_semaphore *sem, size_t permits)
+{
+    if (sem == NULL || permits > RT_SEMAPHORE_MAX)
+        return -EINVAL;
+    memset(sem, 0, sizeof(*sem));
+    sem->permits = permits;
+    return 0;
+}
+
+RT_EXPORT void rt_semaphore_destroy(rt_semaphore *sem)
+{
+    (void)sem; /* nothing is allocated; waiters are the callers' memory */
+}
+
+/* Serves queued waiters in FIFO order while the head's request fits: the
+ * head is never overtaken, so a large request is not starved by small ones.
+ * Under the lock. Returns false when `wakes` filled up before the queue
+ * was served (the caller wakes them, retakes the lock and calls again). */
+static bool sem_grant(rt_semaphore *sem, rt__wake_list *wakes)
+{
+    while (sem->head != NULL && sem->permits >= sem->head->want) {
+        if (wakes->n == RT__WAKE_LIST_MAX)
+            return false;
+        rt_waitnode *n = rt__waitq_pop(&sem->head, &sem->tail);
+        sem->permits -= n->want;
+        n->state = RT__WAIT_GRANTED;
+        rt__wake_list_take(wakes, n);
+    }
+    return true;
+}
+
+/* Releases the lock after serving whoever the permits now reach. */
+static void sem_grant_and_unlock(rt_semaphore *sem)
+{
+    rt__wake_list wakes = {0};
+    while (!sem_grant(sem, &wakes)) {
+        rt__waitq_unlock(&sem->lock);
+        rt__wake_list_wake(&wakes);
+        rt__waitq_lock(&sem->lock);
+    }
+    rt__waitq_unlock(&sem->lock);
+    rt__wake_list_wake(&wakes);
+}
+
+RT_EXPORT int rt_semaphore_release(rt_semaphore *sem, size_t n)
+{
+    if (sem == NULL)
+        return -EINVAL;
+    rt__waitq_lock(&sem->lock);
+    if (n > RT_SEMAPHORE_MAX - sem->permits) {
+        rt__waitq_unlock(&sem->lock);
+        return -EINVAL;
+    }
+    sem->permits += n;
+    sem_grant_and_unlock(sem);
+    return 0;
+}
+
+RT_EXPORT int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n)
+{
+    if (sem == NULL || n == 0 || n > RT_SEMAPHORE_MAX)
+        return -EINVAL;
+    int err = -EAGAIN;
+    rt__waitq_lock(&sem->lock);
+    if (sem->head == NULL && sem->permits >= n) {
+        sem->permits -= n;
+        err = 0;
+    }
+    rt__waitq_unlock(&sem->lock);
+    return err;
+}
+
+RT_EXPORT size_t rt_semaphore_available(rt_semaphore *sem)
+{
+    rt__waitq_lock(&sem->lock);
+    size_t n = sem->permits;
+    rt__waitq_unlock(&sem->lock);
+    return n;
+}
+
+RT_EXPORT int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_t n)
+{
+    if (op == NULL || sem == NULL || n == 0 || n > RT_SEMAPHORE_MAX)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->sem = sem;
+    op->node.want = n;
+    op->node.waker = rt__waker_noop();
+    op->node.state = RT__WAIT_IDLE;
+    return 0;
+}
+
+RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx)
+{
+    rt_semaphore *sem = op->sem;
+    if (sem == NULL)
+        return RT_READY; /* finished before */
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    rt_waker old = rt__waker_noop();
+    rt_poll r = RT_PENDING;
+    rt__waitq_lock(&sem->lock);
+    switch (op->node.state) {
+    case RT__WAIT_GRANTED:
+        old = op->node.waker;
+        op->node.waker = rt__waker_noop();
+        r = RT_READY;
+        break;
+    case RT__WAIT_QUEUED:
+        rt__waitq_set_waker(&op->node, cx, &old);
+        break;
+    default: /* IDLE: take the permits now unless someone is queued first */
+        if (sem->head == NULL && sem->permits >= op->node.want) {
+            sem->permits -= op->node.want;
+            r = RT_READY;
+        } else {
+            op->node.waker = rt_waker_clone(rt_context_waker(cx));
+            op->node.state = RT__WAIT_QUEUED;
+            rt__waitq_push(&sem->head, &sem->tail, &op->node);
+        }
+        break;
+    }
+    if (r == RT_READY)
+        op->node.state = RT__WAIT_DONE;
+    rt__waitq_unlock(&sem->lock);
+    rt_waker_drop(&old);
+    if (r == RT_READY)
+        op->sem = NULL;
+    return r;
+}
+
+RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
+{
+    rt_semaphore *sem = op->sem;
+    if (sem == NULL)
+        return;
+    op->sem = NULL;
+    rt__waitq_lock(&sem->lock);
+    rt_waker old = op->node.waker;
+    op->node.waker = rt__waker_noop();
+    switch (op->node.state) {
+    case RT__WAIT_QUEUED:
+        /* Leaving from the head may let the next waiters through. */
+        rt__waitq_remove(&sem->head, &sem->tail, &op->node);
+        break;
+    case RT__WAIT_GRANTED:
+        /* Served but never told: the permits go back (to the next waiter). */
+        sem->permits += op->node.want;
+        break;
+    default:
+        break;
+    }
+    op->node.state = RT__WAIT_DONE;
+    sem_grant_and_unlock(sem);
+    rt_waker_drop(&old);
+}
+
+static rt_poll sem_blocking_poll(void *arg, rt_context *cx)
+{
+    return rt_semaphore_acquire_poll(arg, cx);
+}
+
+RT_EXPORT int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns)
+{
+    rt_semaphore_acquire op;
+    int err = rt_semaphore_acquire_init(&op, sem, n);
+    if (err < 0)
+        return err;
+    err = rt__block_on_poll(sem_blocking_poll, &op, timeout_ns);
+    /* On a timeout (or an error) the wait is abandoned; permits granted in
+     * the meantime go back. */
+    rt_semaphore_acquire_drop(&op);
+    return err;
+}
+
+/* ---- Mutex -----------------------------------------------------------------*/
+
+RT_EXPORT int rt_mutex_init(rt_mutex *m)
+{
+    if (m == NULL)
+        return -EINVAL;
+    return rt_semaphore_init(&m->sem, 1);
+}
+
+RT_EXPORT void rt_mutex_destroy(rt_mutex *m)
+{
+    if (m != NULL)
+        rt_semaphore_destroy(&m->sem);
+}
+
+RT_EXPORT int rt_mutex_try_lock(rt_mutex *m)
+{
+    if (m == NULL)
+        return -EINVAL;
+    return rt_semaphore_try_acquire(&m->sem, 1) == 0 ? 0 : -EBUSY;
+}
+
+RT_EXPORT void rt_mutex_unlock(rt_mutex *m)
+{
+    /* The permit goes straight to the oldest waiter: no barging. */
+    rt_semaphore_release(&m->sem, 1);
+}
+
+RT_EXPORT int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m)
+{
+    if (op == NULL || m == NULL)
+        return -EINVAL;
+    return rt_semaphore_acquire_init(&op->acquire, &m->sem, 1);
+}
+
+RT_EXPORT rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx)
+{
+    return rt_semaphore_acquire_poll(&op->acquire, cx);
+}
+
+RT_EXPORT void rt_mutex_lock_drop(rt_mutex_lock *op)
+{
+    rt_semaphore_acquire_drop(&op->acquire);
+}
+
+RT_EXPORT int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns)
+{
+    if (m == NULL)
+        return -EINVAL;
+    return rt_semaphore_acquire_blocking(&m->sem, 1, timeout_ns);
+}
+
+/* ---- Notify ----------------------------------------------------------------*/
+
+RT_EXPORT int rt_notify_init(rt_notify *n)
+{
+    if (n == NULL)
+        return -EINVAL;
+    memset(n, 0, sizeof(*n));
+    return 0;
+}
+
+RT_EXPORT void rt_notify_destroy(rt_notify *n)
+{
+    (void)n;
+}
+
+/* Serves the oldest waiter, or stores the permit. Under the lock; the
+ * waiter's waker goes to *wake (no-op when none). */
+static void notify_one_locked(rt_notify *n, rt_waker *wake)
+{
+    rt_waitnode *w = rt__waitq_pop(&n->head, &n->tail);
+    if (w == NULL) {
+        n->permit = 1;
+        return;
+    }
+    w->state = RT__WAIT_GRANTED;
+    *wake = w->waker;
+    w->waker = rt__waker_noop();
+}
+
+RT_EXPORT void rt_notify_one(rt_notify *n)
+{
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&n->lock);
+    notify_one_locked(n, &wake);
+    rt__waitq_unlock(&n->lock);
+    rt_waker_wake(&wake);
+}
+
+RT_EXPORT void rt_notify_all(rt_notify *n)
+{
+    rt__wake_list wakes = {0};
+    rt__waitq_lock(&n->lock);
+    /* Waiters initialised before now but not queued yet see the new
+     * generation at their next poll. The store is atomic because init reads
+     * the generation without the lock; the lock orders everything else. */
+    uint64_t gen = n->generation + 1;
+    __atomic_store_n(&n->generation, gen, __ATOMIC_RELEASE);
+    /* Each queued node carries the generation its wait was initialised in
+     * (node.want). Those queued before this call all precede, in FIFO
+     * order, any queued after it (a wait initialised before but first
+     * polled after sees the new generation and never queues), so serving
+     * stops at the first node of the new generation. The wakers are woken
+     * in rounds, outside the lock. */
+    for (;;) {
+        while (n->head != NULL && n->head->want < gen && wakes.n < RT__WAKE_LIST_MAX) {
+            rt_waitnode *w = rt__waitq_pop(&n->head, &n->tail);
+            w->state = RT__WAIT_GRANTED_ALL;
+            rt__wake_list_take(&wakes, w);
+        }
+        if (n->head == NULL || n->head->want >= gen)
+            break;
+        rt__waitq_unlock(&n->lock);
+        rt__wake_list_wake(&wakes);
+        rt__waitq_lock(&n->lock);
+    }
+    rt__waitq_unlock(&n->lock);
+    rt__wake_list_wake(&wakes);
+}
+
+RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
+{
+    if (op == NULL || n == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->notify = n;
+    /* Acquire pairs with rt_notify_all's release: a notify_all that
+     * happened before this init is not counted against us. */
+    op->generation = __atomic_load_n(&n->generation, __ATOMIC_ACQUIRE);
+    op->node.want = (size_t)op->generation;
+    op->node.waker = rt__waker_noop();
+    op->node.state = RT__WAIT_IDLE;
+    return 0;
+}
+
+RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
+{
+    rt_notify *n = op->notify;
+    if (n == NULL)
+        return RT_READY;
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    rt_waker old = rt__waker_noop();
+    rt_poll r = RT_PENDING;
+    rt__waitq_lock(&n->lock);
+    switch (op->node.state) {
+    case RT__WAIT_GRANTED:
+    case RT__WAIT_GRANTED_ALL:
+        old = op->node.waker;
+        op->node.waker = rt__waker_noop();
+        r = RT_READY;
+        break;
+    case RT__WAIT_QUEUED:
+        rt__waitq_set_waker(&op->node, cx, &old);
+        break;
+    default:
+        if (n->generation != op->generation) {
+            r = RT_READY;
+        } else if (n->permit) {
+            n->permit = 0;
+            r = RT_READY;
+        } else {
+            op->node.waker = rt_waker_clone(rt_context_waker(cx));
+            op->node.state = RT__WAIT_QUEUED;
+            rt__waitq_push(&n->head, &n->tail, &op->node);
+        }
+        break;
+    }
+    if (r == RT_READY)
+        op->node.state = RT__WAIT_DONE;
+    rt__waitq_unlock(&n->lock);
+    rt_waker_drop(&old);
+    if (r == RT_READY)
+        op->notify = NULL;
+    return r;
+}
+
+RT_EXPORT void rt_notified_drop(rt_notified *op)
+{
+    rt_notify *n = op->notify;
+    if (n == NULL)
+        return;
+    op->notify = NULL;
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&n->lock);
+    rt_waker old = op->node.waker;
+    op->node.waker = rt__waker_noop();
+    if (op->node.state == RT__WAIT_QUEUED)
+        rt__waitq_remove(&n->head, &n->tail, &op->node);
+    else if (op->node.state == RT__WAIT_GRANTED)
+        notify_one_locked(n, &wake); /* a notify_one chose us: pass it on */
+    op->node.state = RT__WAIT_DONE;
+    rt__waitq_unlock(&n->lock);
+    rt_waker_drop(&old);
+    rt_waker_wake(&wake);
+}
