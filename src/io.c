@@ -23,6 +23,10 @@ static rt_waker *slot_of(rt_io *io, unsigned dir)
 
 rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context *cx, uint32_t *tick)
 {
+    /* Every operation that may complete without waiting spends budget: a
+     * connection that always has data must not hold its worker. */
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
     uint64_t mask = try_unknown ? dir | (dir << RT__IO_UNKNOWN_SHIFT) : dir;
     uint64_t s = rt__load_acquire_u64(&io->readiness);
     if (s & mask) {

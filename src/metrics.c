@@ -44,6 +44,8 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
     for (unsigned i = 0; i < rt->nforeign; i++)
         snap.spawned += rt__load_relaxed_u64(&rt->foreign[i].registry.spawned);
     snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);
+    rt__blocking_pool_stats(rt->blocking, &snap.blocking_threads, &snap.blocking_jobs);
+    snap.blocking_abandoned = rt__load_relaxed_u64(&rt->blocking_abandoned);
     /* Counters are read one after another, so a running runtime can show a
      * task finished before its spawn is counted: clamp. */
     uint64_t finished = snap.completed + snap.cancelled;

@@ -64,6 +64,8 @@ static void destroy(rt_runtime *rt)
         rt__block_cache_clear(&rt->workers[i].cache);
     }
     rt__depot_destroy(&rt->depot);
+    if (rt->blocking != NULL)
+        rt__blocking_pool_release(rt->blocking);
     pthread_mutex_destroy(&rt->io_lock);
     pthread_mutex_destroy(&rt->sleepers_lock);
     pthread_mutex_destroy(&rt->lifecycle_lock);
@@ -149,6 +151,10 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_depot;
     if ((err = -pthread_mutex_init(&rt->io_lock, NULL)) < 0)
         goto fail_shards;
+    if ((err = rt__blocking_pool_new(cfg, &rt->blocking)) < 0) {
+        pthread_mutex_destroy(&rt->io_lock);
+        goto fail_shards;
+    }
 
     for (unsigned i = 0; i < rt->nworkers; i++) {
         rt__worker *w = &rt->workers[i];
@@ -191,6 +197,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     return 0;
 
 fail_io:
+    rt__blocking_pool_release(rt->blocking);
     pthread_mutex_destroy(&rt->io_lock);
 fail_shards:
     destroy_shards(rt, rt->nforeign);
@@ -293,6 +300,11 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     }
     tls_shutting_down = NULL;
     rt__store_relaxed_u64(&rt->shutdown_cancelled, cancelled);
+    /* Blocking jobs: the ones not started are cancelled, running ones get
+     * until the deadline. Their joiners were cancelled above or are
+     * foreign threads, which the cancellation or the result wakes. */
+    unsigned abandoned = rt__blocking_pool_shutdown(rt->blocking, rt->config.blocking_shutdown_ns);
+    rt__store_relaxed_u64(&rt->blocking_abandoned, abandoned);
     /* The drops above may have closed descriptors and cancelled timers
      * through the reactor. What is still open is closed while the reactor
      * runs (no rt_io can be opened after this), then the reactor stops. */

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "atomic.h"
 #include "block_cache.h"
+#include "blocking.h"
 #include "deque.h"
 #include "injector.h"
 #include "park.h"
@@ -324,6 +325,10 @@ struct rt_runtime {
     struct rt_io *io_list;
     bool io_closed; /* shutdown closed the list: rt_io_open fails */
 
+    /* The blocking pool (rt_spawn_blocking), and what shutdown found. */
+    rt__blocking_pool *blocking;
+    uint64_t blocking_abandoned;
+
     /* Serializes rt_runtime_shutdown callers. */
     pthread_mutex_t lifecycle_lock;
     bool shut_down;
@@ -361,6 +366,21 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
  * scheduled, returns the task (with its queue reference) for the caller to
  * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
 rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
+
+/* rt_spawn_ex, also writing the task's id to *id_out (when not NULL)
+ * before the task can run. */
+int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+              const void *state, size_t size, rt_task **handle, uint64_t *id_out);
+
+/* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when
+ * out of memory; the pool's queue holds one reference, the handle another.
+ * run: claims the job, runs it unless it was aborted, completes it, and
+ * drops the queue's reference. cancel: the same without running it.
+ * discard: frees a job that was never queued. */
+rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle);
+void rt__task_run_job(rt_task *t);
+void rt__task_cancel_job(rt_task *t);
+void rt__task_discard_job(rt_task *t);
 
 /* A new task id (see task.c). */
 uint64_t rt__task_new_id(void);

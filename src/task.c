@@ -252,6 +252,12 @@ static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
 RT_EXPORT int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
 {
+    return rt__spawn(rt, opts, poll, drop, state, size, handle, NULL);
+}
+
+int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+              const void *state, size_t size, rt_task **handle, uint64_t *id_out)
+{
     if (handle != NULL)
         *handle = NULL;
     if (rt == NULL)
@@ -302,6 +308,8 @@ RT_EXPORT int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_
     t->rt = rt;
     t->join_waker = rt_waker_noop();
     t->id = rt__task_new_id();
+    if (id_out != NULL)
+        *id_out = t->id; /* before the task is published (see below) */
     if (size > 0)
         memcpy(t->future_state, state, size);
     err = rt__registry_insert(rt, registry, t, cache);
@@ -524,6 +532,78 @@ void rt__task_cancel_at_shutdown(rt_task *t)
     /* A queue entry, if any, is drained later; the registry drops its own. */
 }
 
+/* ---- Blocking jobs -------------------------------------------------------
+ *
+ * A job of the blocking pool is a task that no worker ever polls: it sits
+ * in the pool's queue (holding the queue reference) with NOTIFIED set, and
+ * a pool thread claims it exactly as a worker claims a queued task. It is
+ * in no registry: the pool cancels the jobs it has not started at shutdown.
+ * Join handles, abort and ids work as for any task. */
+
+struct job_state {
+    rt_blocking_fn fn;
+    void *arg;
+};
+
+static rt_poll job_never_polled(void *state, rt_context *cx, void **out)
+{
+    (void)state, (void)cx, (void)out;
+    assert(!"a blocking job is never polled");
+    return RT_PENDING;
+}
+
+rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle)
+{
+    uint64_t flags;
+    rt_task *t = task_alloc(NULL, sizeof(struct job_state), NULL, -1, &flags);
+    if (t == NULL)
+        return NULL;
+    /* References: the pool queue's, and the handle's. */
+    uint64_t refs = handle ? 2 : 1;
+    t->state = flags | RT__TASK_NOTIFIED | (handle ? RT__TASK_JOIN_INTEREST : 0) |
+               refs * RT__TASK_REF_ONE;
+    t->u.poll = job_never_polled;
+    t->drop = NULL;
+    t->rt = rt;
+    t->join_waker = rt_waker_noop();
+    t->id = rt__task_new_id();
+    struct job_state js = {fn, arg};
+    memcpy(t->future_state, &js, sizeof(js));
+    return t;
+}
+
+void rt__task_discard_job(rt_task *t)
+{
+    /* Never published: nobody else holds a reference. */
+    rt__task_recycle(NULL, t);
+}
+
+void rt__task_run_job(rt_task *t)
+{
+    uint64_t prev = rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
+    assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
+           RT__TASK_NOTIFIED);
+    bool cancelled = (prev & RT__TASK_CANCELLED) != 0;
+    t->u.output = NULL;
+    if (!cancelled) {
+        struct job_state js;
+        memcpy(&js, t->future_state, sizeof(js));
+        t->u.output = js.fn(js.arg);
+    }
+    /* No registry reference keeps the task alive here, so the queue's
+     * reference is dropped separately, after the completion. */
+    task_complete(t, cancelled, 0);
+    rt__task_unref(t, 1);
+}
+
+void rt__task_cancel_job(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    while (!rt__cas_u64(&t->state, &s, (s | RT__TASK_CANCELLED)))
+        ;
+    rt__task_run_job(t); /* sees CANCELLED: completes without running */
+}
+
 /* ---- Join handles -------------------------------------------------------- */
 
 /* Stores a clone of `waker` as the join waker. Returns false when the task
@@ -583,6 +663,8 @@ static void task_read_result(rt_task *t, uint64_t s, void **value, int *status)
 
 RT_EXPORT rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status)
 {
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
     /* Acquire pairs with the completer's release of COMPLETE (output). */
     uint64_t s = rt__load_acquire_u64(&task->state);
     if (!(s & RT__TASK_COMPLETE)) {

@@ -121,6 +121,8 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
 {
     if (err != NULL)
         *err = 0;
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
     rt__timer *t = s->timer;
     if (t == NULL) {
         /* Never early: ready only once the clock has passed the deadline. */

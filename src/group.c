@@ -1,0 +1,496 @@
+/* Task groups.
+ *
+ * Every child runs inside a wrapper future that polls the user's future and,
+ * from its drop function (which runs exactly once, after completion, abort
+ * or shutdown), reports the outcome to the group: its record moves from the
+ * running list to the finished list, and the owner's waker is woken.
+ *
+ * Cancellation does not keep join handles: each record holds a clone of its
+ * child's waker (stored at the child's first poll), which is a counted
+ * reference to the child's task, and rt_group_cancel aborts the task through
+ * it (rt_task_abort: the future is dropped at its next scheduling point,
+ * never in the middle of a poll). A child not yet polled has no waker: the
+ * record's `cancelled` flag makes its first poll abort itself.
+ *
+ * Memory: the group is reference counted (the owner, plus one per child not
+ * yet reported); records are freed when collected, or at once when the
+ * owner is gone. Everything below is guarded by the group's spinlock, except
+ * `cancelled`, which the wrapper reads without it (an atomic flag: the
+ * store in rt_group_cancel is a release, the wrapper's load an acquire; a
+ * stale read only delays the cancellation to the wake that follows it). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <asyncrt/group.h>
+
+#include "common.h"
+#include "runtime.h"
+#include "waitq.h"
+#include "waker.h"
+
+struct group_child;
+
+/* What the group keeps of one child. */
+struct child_record {
+    struct child_record *prev, *next; /* in the running or the finished list */
+    uint64_t id;                      /* the child's task id */
+    void *value;                      /* its result, once finished */
+    int status;                       /* 0 or -ECANCELED, once finished */
+    uint32_t cancelled;               /* rt_group_cancel asked (atomic) */
+    rt_waker waker;                   /* the child's waker (no-op before its first poll) */
+};
+
+struct rt_group {
+    uint32_t lock;                  /* spinlock over the fields below */
+    rt_runtime *rt;                 /* where children run */
+    size_t refs;                    /* the owner + children not yet reported */
+    size_t running;                 /* children not finished */
+    size_t finished;                /* children finished, not collected */
+    bool closing;                   /* no more spawns */
+    bool owner_gone;                /* rt_group_free was called */
+    struct child_record *running_head;
+    struct child_record *done_head, *done_tail;
+    rt_waker owner;                 /* the waiting owner, or the no-op waker */
+    void (*dispose)(void *, void *); /* for results nobody collects */
+    void *dispose_arg;
+};
+
+/* The wrapper's state, followed by the user's future state. */
+struct group_child {
+    rt_group *group;
+    struct child_record *rec;
+    rt_poll_fn poll;
+    rt_drop_fn drop;
+    void *out;          /* the user's result */
+    int status;         /* 1 while unfinished, then 0 or -ECANCELED */
+    bool waker_stored;  /* rec->waker holds our waker */
+    _Alignas(16) unsigned char inner[];
+};
+
+static void list_remove(struct child_record **head, struct child_record *r)
+{
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        *head = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void group_destroy(rt_group *g)
+{
+    rt_waker_drop(&g->owner);
+    free(g);
+}
+
+RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *arg,
+                           rt_group **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (rt == NULL)
+        rt = rt_current();
+    if (rt == NULL)
+        return -EINVAL;
+    rt_group *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    g->rt = rt;
+    g->refs = 1;
+    g->owner = rt__waker_noop();
+    g->dispose = dispose;
+    g->dispose_arg = arg;
+    *out = g;
+    return 0;
+}
+
+/* A child has finished (from its wrapper's drop). */
+static void group_report(rt_group *g, struct child_record *rec, void *value, int status)
+{
+    rt__waitq_lock(&g->lock);
+    rt_waker child_waker = rec->waker;
+    rec->waker = rt__waker_noop();
+    list_remove(&g->running_head, rec);
+    g->running--;
+    rec->value = value;
+    rec->status = status;
+    bool dispose_now = g->owner_gone;
+    rt_waker owner = rt__waker_noop();
+    if (!dispose_now) {
+        rec->prev = g->done_tail;
+        if (g->done_tail != NULL)
+            g->done_tail->next = rec;
+        else
+            g->done_head = rec;
+        g->done_tail = rec;
+        g->finished++;
+        owner = g->owner;
+        g->owner = rt__waker_noop();
+    }
+    bool last = --g->refs == 0;
+    void (*dispose)(void *, void *) = g->dispose;
+    void *arg = g->dispose_arg;
+    rt__waitq_unlock(&g->lock);
+    rt_waker_drop(&child_waker);
+    rt_waker_wake(&owner);
+    if (dispose_now) {
+        if (status == 0 && dispose != NULL)
+            dispose(value, arg);
+        free(rec);
+    }
+    if (last)
+        group_destroy(g);
+}
+
+static rt_poll group_child_poll(void *state, rt_context *cx, void **out)
+{
+    struct group_child *c = state;
+    if (!c->waker_stored) {
+        /* A task's waker never changes, so one clone serves every cancel. */
+        c->waker_stored = true;
+        rt__waitq_lock(&c->group->lock);
+        c->rec->waker = rt_waker_clone(rt_context_waker(cx));
+        rt__waitq_unlock(&c->group->lock);
+    }
+    if (__atomic_load_n(&c->rec->cancelled, __ATOMIC_ACQUIRE)) {
+        /* Cancelled before this poll could see a waker to abort: abort
+         * ourselves, so the worker drops us right after this poll exactly
+         * as for rt_task_abort (and counts the task cancelled). */
+        rt_task_abort(rt__worker_current()->current);
+        return RT_PENDING;
+    }
+    if (c->poll(c->inner, cx, &c->out) != RT_READY)
+        return RT_PENDING;
+    c->status = 0;
+    *out = NULL;
+    return RT_READY;
+}
+
+static void group_child_drop(void *state)
+{
+    struct group_child *c = state;
+    if (c->drop != NULL)
+        c->drop(c->inner);
+    /* Still 1: the task was aborted or cancelled by shutdown unfinished. */
+    int status = c->status == 1 ? -ECANCELED : c->status;
+    group_report(c->group, c->rec, status == 0 ? c->out : NULL, status);
+}
+
+RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
+                             rt_drop_fn drop, const void *state, size_t size, uint64_t *id)
+{
+    if (id != NULL)
+        *id = 0;
+    if (g == NULL || poll == NULL || (state == NULL && size > 0) ||
+        size > (SIZE_MAX >> 2) - sizeof(struct group_child))
+        return -EINVAL;
+    struct child_record *rec = calloc(1, sizeof(*rec));
+    size_t total = sizeof(struct group_child) + size;
+    struct group_child *c = malloc(total);
+    if (rec == NULL || c == NULL) {
+        free(rec);
+        free(c);
+        return -ENOMEM;
+    }
+    rec->waker = rt__waker_noop();
+    c->group = g;
+    c->rec = rec;
+    c->poll = poll;
+    c->drop = drop;
+    c->out = NULL;
+    c->status = 1;
+    c->waker_stored = false;
+    if (size > 0)
+        memcpy(c->inner, state, size);
+
+    /* The record is listed (and the group referenced) before the child can
+     * run and report. */
+    rt__waitq_lock(&g->lock);
+    if (g->closing) {
+        rt__waitq_unlock(&g->lock);
+        free(rec);
+        free(c);
+        return -EPIPE;
+    }
+    rec->next = g->running_head;
+    if (g->running_head != NULL)
+        g->running_head->prev = rec;
+    g->running_head = rec;
+    g->running++;
+    g->refs++;
+    rt__waitq_unlock(&g->lock);
+
+    int err = rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, &rec->id);
+    free(c); /* the task has its own copy */
+    if (err < 0) {
+        rt__waitq_lock(&g->lock);
+        list_remove(&g->running_head, rec);
+        g->running--;
+        g->refs--; /* never the last: the caller's owner reference stays */
+        rt__waitq_unlock(&g->lock);
+        free(rec);
+        return err;
+    }
+    if (id != NULL)
+        *id = rec->id; /* written before the task was published */
+    return 0;
+}
+
+RT_EXPORT size_t rt_group_len(rt_group *g)
+{
+    rt__waitq_lock(&g->lock);
+    size_t n = g->running + g->finished;
+    rt__waitq_unlock(&g->lock);
+    return n;
+}
+
+/* Flags every running child cancelled and wakes it. Under the lock: the
+ * wakes are of runtime tasks (the children), which touch only the task's
+ * word and a run queue, never a group lock. */
+static void cancel_locked(rt_group *g)
+{
+    for (struct child_record *r = g->running_head; r != NULL; r = r->next) {
+        if (__atomic_load_n(&r->cancelled, __ATOMIC_RELAXED))
+            continue;
+        __atomic_store_n(&r->cancelled, 1, __ATOMIC_RELEASE);
+        /* The stored waker is a reference to the child's task, which is
+         * all rt_task_abort needs. Not polled yet: its first poll sees the
+         * flag and aborts itself. */
+        if (r->waker.vtable == &rt__task_waker_vtable)
+            rt_task_abort((rt_task *)r->waker.data);
+    }
+}
+
+RT_EXPORT void rt_group_cancel(rt_group *g)
+{
+    if (g == NULL)
+        return;
+    rt__waitq_lock(&g->lock);
+    cancel_locked(g);
+    rt__waitq_unlock(&g->lock);
+}
+
+/* Pops the oldest finished record, or NULL. Under the lock. */
+static struct child_record *pop_done_locked(rt_group *g)
+{
+    struct child_record *r = g->done_head;
+    if (r == NULL)
+        return NULL;
+    g->done_head = r->next;
+    if (g->done_head != NULL)
+        g->done_head->prev = NULL;
+    else
+        g->done_tail = NULL;
+    g->finished--;
+    r->next = NULL;
+    return r;
+}
+
+/* Stores the owner's waker (under the lock); *old gets the one to drop. */
+static void set_owner_waker_locked(rt_group *g, rt_context *cx, rt_waker *old)
+{
+    *old = rt__waker_noop();
+    if (rt_waker_will_wake(&g->owner, rt_context_waker(cx)))
+        return;
+    *old = g->owner;
+    g->owner = rt_waker_clone(rt_context_waker(cx));
+}
+
+/* The timeout part of a wait: RT_READY with *err set when it has passed or
+ * failed. */
+static rt_poll poll_timeout(rt_sleep *sleep, int timed, rt_context *cx, int *err)
+{
+    if (!timed)
+        return RT_PENDING;
+    int terr = 0;
+    if (rt_sleep_poll(sleep, cx, &terr) != RT_READY)
+        return RT_PENDING;
+    *err = terr != 0 ? terr : -ETIMEDOUT;
+    return RT_READY;
+}
+
+static int init_timer(rt_group *g, rt_sleep *sleep, int *timed, int64_t timeout_ns)
+{
+    memset(sleep, 0, sizeof(*sleep));
+    *timed = timeout_ns >= 0;
+    return *timed ? rt_sleep_init(sleep, g->rt, timeout_ns) : 0;
+}
+
+RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns)
+{
+    if (op == NULL || g == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    int err = init_timer(g, &op->sleep, &op->timed, timeout_ns);
+    if (err < 0)
+        return err;
+    op->group = g;
+    return 0;
+}
+
+RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res,
+                                     int *err)
+{
+    rt_group *g = op->group;
+    int status = 0;
+    if (g == NULL) {
+        status = -EINVAL; /* finished before: nothing more to report */
+        goto ready;
+    }
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
+    rt_waker old = rt__waker_noop();
+    rt__waitq_lock(&g->lock);
+    struct child_record *r = pop_done_locked(g);
+    bool empty = r == NULL && g->running == 0;
+    if (r == NULL && !empty)
+        set_owner_waker_locked(g, cx, &old);
+    rt__waitq_unlock(&g->lock);
+    rt_waker_drop(&old);
+    if (r != NULL) {
+        if (res != NULL) {
+            res->id = r->id;
+            res->value = r->value;
+            res->status = r->status;
+        }
+        free(r);
+        goto ready;
+    }
+    if (empty) {
+        status = -ECHILD;
+        goto ready;
+    }
+    if (poll_timeout(&op->sleep, op->timed, cx, &status) == RT_READY)
+        goto ready;
+    return RT_PENDING;
+ready:
+    if (err != NULL)
+        *err = status;
+    return RT_READY;
+}
+
+RT_EXPORT void rt_group_next_drop(rt_group_next *op)
+{
+    if (op == NULL)
+        return;
+    if (op->timed)
+        rt_sleep_drop(&op->sleep);
+    op->timed = 0;
+    op->group = NULL;
+}
+
+static int wait_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns, int closing)
+{
+    if (op == NULL || g == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    int err = init_timer(g, &op->sleep, &op->timed, timeout_ns);
+    if (err < 0)
+        return err;
+    op->group = g;
+    op->closing = closing;
+    return 0;
+}
+
+RT_EXPORT int rt_group_join_all_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns)
+{
+    return wait_init(op, g, timeout_ns, 0);
+}
+
+RT_EXPORT int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns)
+{
+    return wait_init(op, g, timeout_ns, 1);
+}
+
+RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err)
+{
+    rt_group *g = op->group;
+    int status = 0;
+    if (g == NULL) {
+        status = -EINVAL;
+        goto ready;
+    }
+    for (;;) {
+        rt_waker old = rt__waker_noop();
+        rt__waitq_lock(&g->lock);
+        if (op->closing) {
+            g->closing = true;
+            cancel_locked(g);
+        }
+        struct child_record *r = pop_done_locked(g);
+        bool all_done = r == NULL && g->running == 0;
+        if (r == NULL && !all_done)
+            set_owner_waker_locked(g, cx, &old);
+        void (*dispose)(void *, void *) = g->dispose;
+        void *arg = g->dispose_arg;
+        rt__waitq_unlock(&g->lock);
+        rt_waker_drop(&old);
+        if (r != NULL) {
+            /* Collected here: the result goes to dispose, outside the lock. */
+            if (r->status != 0)
+                op->failed++;
+            else if (dispose != NULL)
+                dispose(r->value, arg);
+            free(r);
+            continue;
+        }
+        if (all_done)
+            goto ready;
+        break;
+    }
+    if (poll_timeout(&op->sleep, op->timed, cx, &status) == RT_READY)
+        goto ready_keep;
+    return RT_PENDING;
+ready:
+    if (failed != NULL)
+        *failed = op->failed;
+ready_keep:
+    if (err != NULL)
+        *err = status;
+    return RT_READY;
+}
+
+RT_EXPORT void rt_group_wait_drop(rt_group_wait *op)
+{
+    if (op == NULL)
+        return;
+    if (op->timed)
+        rt_sleep_drop(&op->sleep);
+    op->timed = 0;
+    op->group = NULL;
+}
+
+RT_EXPORT void rt_group_free(rt_group *g)
+{
+    if (g == NULL)
+        return;
+    rt__waitq_lock(&g->lock);
+    g->closing = true;
+    g->owner_gone = true;
+    cancel_locked(g);
+    /* Finished results nobody will collect: take the list, dispose of it
+     * outside the lock. Children still running dispose of theirs when they
+     * report. */
+    struct child_record *done = g->done_head;
+    g->done_head = g->done_tail = NULL;
+    g->finished = 0;
+    rt_waker owner = g->owner;
+    g->owner = rt__waker_noop();
+    bool last = --g->refs == 0;
+    void (*dispose)(void *, void *) = g->dispose;
+    void *arg = g->dispose_arg;
+    rt__waitq_unlock(&g->lock);
+    rt_waker_drop(&owner);
+    while (done != NULL) {
+        struct child_record *next = done->next;
+        if (done->status == 0 && dispose != NULL)
+            dispose(done->value, arg);
+        free(done);
+        done = next;
+    }
+    if (last)
+        group_destroy(g);
+}
