@@ -121,8 +121,10 @@ RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, i
     }
     rt__waitq_unlock(&o->lock);
     rt_waker_drop(&old);
-    if (err == -EAGAIN)
+    if (err == -EAGAIN) {
+        rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
+    }
     if (value != NULL)
         *value = v;
     if (status != NULL)
@@ -434,8 +436,10 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
     rt__waitq_unlock(&ch->lock);
     rt_waker_drop(&old);
     rt_waker_wake(&wake);
-    if (err == -EAGAIN)
+    if (err == -EAGAIN) {
+        rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
+    }
     if (value != NULL)
         *value = v;
     if (status != NULL)
@@ -484,8 +488,9 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
 {
     rt_chan *ch = op->ch;
     if (ch == NULL) {
+        /* Finished (or never initialised): the answer was given already. */
         if (status != NULL)
-            *status = 0;
+            *status = -EALREADY;
         return RT_READY;
     }
     if (!rt__coop_proceed(cx))
@@ -527,8 +532,10 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
     rt__waitq_unlock(&ch->lock);
     rt_waker_drop(&old);
     rt_waker_wake(&wake);
-    if (err > 0)
+    if (err > 0) {
+        rt__coop_refund();
         return RT_PENDING;
+    }
     op->ch = NULL;
     if (status != NULL)
         *status = err;

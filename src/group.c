@@ -365,6 +365,7 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
     }
     if (poll_timeout(&op->sleep, op->timed, cx, &status) == RT_READY)
         goto ready;
+    rt__coop_refund(); /* only completed operations spend budget */
     return RT_PENDING;
 ready:
     if (err != NULL)

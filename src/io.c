@@ -56,6 +56,7 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
         *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
         return RT_READY;
     }
+    rt__coop_refund(); /* only completed operations spend budget */
     return RT_PENDING;
 }
 

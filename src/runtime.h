@@ -352,6 +352,15 @@ static inline bool rt__coop_proceed(rt_context *cx)
     return true;
 }
 
+/* Gives back the unit a successful rt__coop_proceed took, for a leaf that
+ * then found it must wait: only completed operations spend budget. */
+static inline void rt__coop_refund(void)
+{
+    rt__worker *w = rt__tls_worker;
+    if (w != NULL && w->current != NULL && w->rt->config.budget != 0)
+        w->budget++;
+}
+
 /* Schedules a task whose NOTIFIED bit the caller just set, with the queue
  * reference the caller owns: onto the calling worker's deque when it is a
  * worker of the task's runtime, else onto the injector. */

@@ -147,6 +147,8 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
     rt_waker_drop(&old);
     if (r == RT_READY)
         op->sem = NULL;
+    else
+        rt__coop_refund(); /* only completed operations spend budget */
     return r;
 }
 
@@ -369,6 +371,8 @@ RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
     rt_waker_drop(&old);
     if (r == RT_READY)
         op->notify = NULL;
+    else
+        rt__coop_refund();
     return r;
 }
 

@@ -668,8 +668,10 @@ RT_EXPORT rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int 
     /* Acquire pairs with the completer's release of COMPLETE (output). */
     uint64_t s = rt__load_acquire_u64(&task->state);
     if (!(s & RT__TASK_COMPLETE)) {
-        if (task_set_join_waker(task, rt_context_waker(cx), s))
+        if (task_set_join_waker(task, rt_context_waker(cx), s)) {
+            rt__coop_refund(); /* only completed operations spend budget */
             return RT_PENDING;
+        }
         s = rt__load_acquire_u64(&task->state);
     }
     task_read_result(task, s, value, status);

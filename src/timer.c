@@ -139,6 +139,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
         /* The waker goes in before the reactor can see the timer. */
         timer_set_waker(t, cx);
         rt__reactor_submit_timer(t->reactor, t);
+        rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
     }
     if (rt__load_acquire_u32(&t->state) == RT__TIMER_FIRED)
@@ -153,6 +154,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     /* Fired while we were storing the waker: the reactor took the old one. */
     if (rt__load_acquire_u32(&t->state) == RT__TIMER_FIRED)
         return RT_READY;
+    rt__coop_refund();
     return RT_PENDING;
 }
 

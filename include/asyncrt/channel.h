@@ -143,8 +143,9 @@ int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
 
 /* RT_READY with *status 0 once the value is in the channel (it then belongs
  * to the receiver side), or with *status -EPIPE when the channel is closed
- * (the value is still the caller's); else RT_PENDING (waker stored). status
- * may be NULL. */
+ * (the value is still the caller's); else RT_PENDING (waker stored). A poll
+ * after the one that returned RT_READY returns RT_READY with -EALREADY.
+ * status may be NULL. */
 rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status);
 
 /* Abandons the send. Returns 0 when the value was not sent (a waiting send

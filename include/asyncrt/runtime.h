@@ -81,7 +81,8 @@ int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
  * are waited for up to rt_config.blocking_shutdown_ns, then abandoned. A sleep
  * polled by hand outside a task and still pending then reports -ESHUTDOWN
  * when polled; it must be dropped before rt_runtime_free.
- * Returns the number of tasks cancelled (>= 0).
+ * Returns the number of tasks cancelled (>= 0; blocking jobs cancelled before
+ * they started are not counted here).
  * After it returns every task of the runtime is finished, so a waker that
  * outlives it is inert: waking it or dropping it only releases memory.
  * Calling it again returns 0. Errors: -EINVAL (rt NULL), -EDEADLK (called from
