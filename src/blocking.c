@@ -13,6 +13,7 @@
  * pool if it is the last user. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -114,10 +115,17 @@ static void *pool_thread_main(void *arg)
          * us from `idle` to `notified` before it signals, so it counts on
          * us and does not start another thread. */
         p->idle++;
-        struct timespec until = deadline_ts(rt__deadline_after(p->idle_ns));
+        int64_t deadline = rt__deadline_after(p->idle_ns);
+        struct timespec until = deadline_ts(deadline);
         int rc = 0;
-        while (p->head == NULL && !p->shutdown && rc != ETIMEDOUT && p->notified == 0)
-            rc = pthread_cond_timedwait(&p->work, &p->lock, &until);
+        while (p->head == NULL && !p->shutdown && rc != ETIMEDOUT && p->notified == 0) {
+            /* No deadline (an idle time too large to add to the clock):
+             * wait without one; a timed wait would fail at once and spin. */
+            if (deadline < 0)
+                rc = pthread_cond_wait(&p->work, &p->lock);
+            else
+                rc = pthread_cond_timedwait(&p->work, &p->lock, &until);
+        }
         if (p->notified > 0)
             p->notified--;
         else
@@ -140,7 +148,15 @@ static int start_thread_locked(rt__blocking_pool *p)
     pthread_t tid;
     p->refs++;
     p->threads++;
+    /* Pool threads block SIGPIPE like the runtime's other threads (a job
+     * writing to a pipe whose reader is gone gets EPIPE, the process is not
+     * killed), whatever the mask of the thread that spawned the job. */
+    sigset_t pipe_only, old_mask;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
     int err = pthread_create(&tid, &attr, pool_thread_main, p);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     pthread_attr_destroy(&attr);
     if (err != 0) {
         p->refs--;
@@ -235,6 +251,30 @@ void rt__blocking_pool_release(rt__blocking_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     pool_unref_locked(p); /* the runtime's reference */
+}
+
+void rt__blocking_pool_abort(rt__blocking_pool *p, rt_task *t)
+{
+    pthread_mutex_lock(&p->lock);
+    rt_task *prev = NULL, *cur = p->head;
+    while (cur != NULL && cur != t) {
+        prev = cur;
+        cur = (rt_task *)cur->node.next;
+    }
+    if (cur != NULL) {
+        rt_task *next = (rt_task *)cur->node.next;
+        if (prev != NULL)
+            prev->node.next = (struct cds_wfcq_node *)next;
+        else
+            p->head = next;
+        if (p->tail == cur)
+            p->tail = prev;
+    }
+    pthread_mutex_unlock(&p->lock);
+    /* Taken out of the queue: complete it now rather than when a thread
+     * reaches it. Not found: a thread has claimed it already. */
+    if (cur != NULL)
+        rt__task_run_job(t); /* it sees CANCELLED and does not run */
 }
 
 void rt__blocking_pool_stats(rt__blocking_pool *p, uint64_t *threads, uint64_t *jobs)

@@ -22,6 +22,11 @@ unsigned rt__blocking_pool_shutdown(rt__blocking_pool *p, int64_t timeout_ns);
  * thread frees the pool if it is still running. */
 void rt__blocking_pool_release(rt__blocking_pool *p);
 
+/* An aborted job (CANCELLED already set) that is still queued is taken out
+ * and completed as cancelled at once, instead of when a thread reaches it. */
+struct rt_task;
+void rt__blocking_pool_abort(rt__blocking_pool *p, struct rt_task *t);
+
 /* Threads alive and jobs accepted so far. */
 void rt__blocking_pool_stats(rt__blocking_pool *p, uint64_t *threads, uint64_t *jobs);
 

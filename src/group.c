@@ -206,6 +206,10 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     if (size > 0)
         memcpy(c->inner, state, size);
 
+    /* The id is chosen here: once spawned, the child may finish and its
+     * record be collected and freed before rt__spawn returns. */
+    uint64_t child_id = rt__task_new_id();
+    rec->id = child_id;
     /* The record is listed (and the group referenced) before the child can
      * run and report. */
     rt__waitq_lock(&g->lock);
@@ -223,19 +227,24 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     g->refs++;
     rt__waitq_unlock(&g->lock);
 
-    int err = rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, &rec->id);
+    int err = rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, child_id);
     free(c); /* the task has its own copy */
     if (err < 0) {
         rt__waitq_lock(&g->lock);
         list_remove(&g->running_head, rec);
         g->running--;
         g->refs--; /* never the last: the caller's owner reference stays */
+        /* The owner may have seen this child counted and be waiting for
+         * it: wake it to look again (a spurious wake is harmless). */
+        rt_waker owner = g->owner;
+        g->owner = rt__waker_noop();
         rt__waitq_unlock(&g->lock);
+        rt_waker_wake(&owner);
         free(rec);
         return err;
     }
     if (id != NULL)
-        *id = rec->id; /* written before the task was published */
+        *id = child_id;
     return 0;
 }
 

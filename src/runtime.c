@@ -241,6 +241,7 @@ static void drain_queues(rt_runtime *rt)
         }
         w->deferred_head = w->deferred_tail = NULL;
         w->deferred_len = 0;
+        w->deferred_pinned = 0;
         w->local_head = w->local_tail = NULL;
         struct cds_wfcq_node *local_nodes[64];
         bool local_would_block;

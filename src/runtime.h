@@ -113,19 +113,24 @@ _Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
  * same allocation (so the header stays one cache line for every task). */
 typedef struct rt__task_ext {
     const char *name; /* a copy at the end of the allocation, or NULL */
-    int32_t pinned;   /* the worker index of a local task, or -1 */
+    int32_t pinned;   /* the worker index of a local task, -1, or
+                         RT__TASK_PINNED_JOB for a blocking job */
     uint32_t unused;  /* keeps the header 16-byte aligned */
 } rt__task_ext;
 
 _Static_assert(sizeof(rt__task_ext) == 16, "the prefix keeps the header aligned");
+
+/* rt__task_ext.pinned of a blocking-pool job (which no worker runs). */
+#define RT__TASK_PINNED_JOB (-2)
 
 static inline rt__task_ext *rt__task_ext_of(rt_task *t)
 {
     return (rt__task_ext *)((char *)t - sizeof(rt__task_ext));
 }
 
-/* The worker a local task is pinned to, or -1. The flags read are set before
- * the task is published and never change, so a relaxed load suffices. */
+/* The worker a local task is pinned to; -1 for an ordinary task, or
+ * RT__TASK_PINNED_JOB. The flags read are set before the task is published
+ * and never change, so a relaxed load suffices. */
 static inline int rt__task_pinned(rt_task *t)
 {
     if (rt__likely(!(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED)))
@@ -241,6 +246,7 @@ typedef struct rt__worker {
     rt_task *deferred_head;
     rt_task *deferred_tail;
     size_t deferred_len;
+    size_t deferred_pinned; /* local tasks among them (never shared) */
     /* Local tasks pinned to this worker, woken here, in FIFO order (owner
      * only, linked through task->node). */
     rt_task *local_head;
@@ -376,10 +382,12 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
  * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
 rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
 
-/* rt_spawn_ex, also writing the task's id to *id_out (when not NULL)
- * before the task can run. */
+/* rt_spawn_ex with the task's id chosen by the caller (from
+ * rt__task_new_id; 0: a new one), so that the caller knows it without
+ * touching the task, which may be finished and freed by the time the spawn
+ * returns. */
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t *id_out);
+              const void *state, size_t size, rt_task **handle, uint64_t id);
 
 /* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when
  * out of memory; the pool's queue holds one reference, the handle another.

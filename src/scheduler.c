@@ -380,6 +380,8 @@ void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n)
 
 void rt__defer(rt__worker *w, rt_task *t)
 {
+    if (rt__task_pinned(t) >= 0)
+        w->deferred_pinned++;
     t->node.next = NULL;
     if (w->deferred_tail != NULL)
         w->deferred_tail->node.next = (struct cds_wfcq_node *)t;
@@ -501,7 +503,8 @@ static rt_task *take_starving_top(rt__worker *w)
  * stay on the list, in their order: no other worker may run them. */
 static void share_deferred(rt__worker *w)
 {
-    size_t n = w->deferred_len;
+    /* Only local tasks wait: nothing to share (and no list walk). */
+    size_t n = w->deferred_len - w->deferred_pinned;
     size_t room = (RT_DEQUE_CAPACITY - rt__deque_len_any(&w->deque)) / 2;
     size_t share = n / 2 < room ? n / 2 : room;
     if (share == 0)
@@ -550,6 +553,8 @@ static rt_task *pop_deferred(rt__worker *w)
         return NULL;
     w->deferred_head = (rt_task *)t->node.next;
     w->deferred_len--;
+    if (rt__task_pinned(t) >= 0)
+        w->deferred_pinned--;
     if (w->deferred_head == NULL) {
         w->deferred_tail = NULL;
         return t;

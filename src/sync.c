@@ -44,6 +44,7 @@ static bool sem_grant(rt_semaphore *sem, rt__wake_list *wakes)
             return false;
         rt_waitnode *n = rt__waitq_pop(&sem->head, &sem->tail);
         sem->permits -= n->want;
+        sem->granted += n->want;
         n->state = RT__WAIT_GRANTED;
         rt__wake_list_take(wakes, n);
     }
@@ -68,7 +69,9 @@ RT_EXPORT int rt_semaphore_release(rt_semaphore *sem, size_t n)
     if (sem == NULL)
         return -EINVAL;
     rt__waitq_lock(&sem->lock);
-    if (n > RT_SEMAPHORE_MAX - sem->permits) {
+    /* Permits granted but not collected come back if their waiter drops:
+     * they count toward the maximum too. */
+    if (n > RT_SEMAPHORE_MAX - sem->permits - sem->granted) {
         rt__waitq_unlock(&sem->lock);
         return -EINVAL;
     }
@@ -125,6 +128,7 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
     case RT__WAIT_GRANTED:
         old = op->node.waker;
         op->node.waker = rt__waker_noop();
+        sem->granted -= op->node.want; /* collected: the caller's now */
         r = RT_READY;
         break;
     case RT__WAIT_QUEUED:
@@ -168,6 +172,7 @@ RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
         break;
     case RT__WAIT_GRANTED:
         /* Served but never told: the permits go back (to the next waiter). */
+        sem->granted -= op->node.want;
         sem->permits += op->node.want;
         break;
     default:

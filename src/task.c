@@ -43,7 +43,7 @@ static rt_task *task_alloc(rt__block_cache *cache, size_t size, const char *name
                            uint64_t *flags)
 {
     rt_task *t;
-    if (name == NULL && pinned < 0) {
+    if (name == NULL && pinned == -1) {
         if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
             t = cache != NULL ? rt__block_cache_pop(cache) : NULL;
             if (t == NULL && (t = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
@@ -252,11 +252,11 @@ static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
 RT_EXPORT int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
 {
-    return rt__spawn(rt, opts, poll, drop, state, size, handle, NULL);
+    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0);
 }
 
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t *id_out)
+              const void *state, size_t size, rt_task **handle, uint64_t id)
 {
     if (handle != NULL)
         *handle = NULL;
@@ -307,9 +307,7 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     t->drop = drop;
     t->rt = rt;
     t->join_waker = rt_waker_noop();
-    t->id = rt__task_new_id();
-    if (id_out != NULL)
-        *id_out = t->id; /* before the task is published (see below) */
+    t->id = id != 0 ? id : rt__task_new_id();
     if (size > 0)
         memcpy(t->future_state, state, size);
     err = rt__registry_insert(rt, registry, t, cache);
@@ -555,7 +553,8 @@ static rt_poll job_never_polled(void *state, rt_context *cx, void **out)
 rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle)
 {
     uint64_t flags;
-    rt_task *t = task_alloc(NULL, sizeof(struct job_state), NULL, -1, &flags);
+    /* Marked as a job in its prefix, for rt_task_abort. */
+    rt_task *t = task_alloc(NULL, sizeof(struct job_state), NULL, RT__TASK_PINNED_JOB, &flags);
     if (t == NULL)
         return NULL;
     /* References: the pool queue's, and the handle's. */
@@ -729,13 +728,18 @@ RT_EXPORT void rt_task_abort(rt_task *task)
             return;
         uint64_t next = s | RT__TASK_CANCELLED;
         /* Running or queued: the worker sees CANCELLED after the poll or at
-         * the pop. Idle: schedule it so that a worker drops it. */
+         * the pop. Idle: schedule it so that a worker drops it. A blocking
+         * job is never idle; a queued one is taken out of the pool's queue
+         * and completed now. */
         bool idle = !(s & (RT__TASK_RUNNING | RT__TASK_NOTIFIED));
+        bool queued_job = !(s & RT__TASK_RUNNING) && rt__task_pinned(task) == RT__TASK_PINNED_JOB;
         if (idle)
             next |= RT__TASK_NOTIFIED, next += RT__TASK_REF_ONE;
         if (rt__cas_u64(&task->state, &s, next)) {
             if (idle)
                 rt__schedule(task);
+            else if (queued_job)
+                rt__blocking_pool_abort(task->rt->blocking, task);
             return;
         }
     }

@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS (1000000LL)
 #define SEC (1000000000LL)
@@ -718,5 +720,81 @@ Test(blocking, coop_proceed_is_always_true_in_a_blocking_job)
     cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_null(value, "rt_coop_proceed returned false at call %ld in a blocking job",
                    (long)(intptr_t)value);
+    finish_runtime(rt, 0);
+}
+
+/* ---- found by review ---------------------------------------------------------- */
+
+Test(blocking, an_aborted_queued_job_completes_at_once_while_every_thread_is_busy)
+{
+    /* One thread, held by job 0: job 1 waits in the queue. Its abort must
+     * complete it now, not when the held job lets the thread go. */
+    rt_runtime *rt = new_runtime_blocking(1, 1, 0, 0);
+    rt_task *held = spawn_held(rt, 0);
+    cr_assert(event_wait_for(&started, 1));
+    rt_task *queued = spawn_held(rt, 1);
+    rt_task_abort(queued);
+    void *value = (void *)1;
+    cr_assert_eq(rt_task_wait(queued, WAIT_DEADLINE_NS, &value), -ECANCELED,
+                 "the aborted queued job waited for the busy thread");
+    cr_assert_null(value);
+    cr_assert_eq(atomic_load(&running), 1, "the held job was disturbed");
+    event_signal(&release);
+    cr_assert_eq(rt_task_wait(held, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(value, (void *)1);
+    cr_assert_eq(atomic_load(&ran[1]), 0, "the aborted job ran");
+    finish_runtime(rt, 0);
+}
+
+Test(blocking, an_idle_time_too_large_for_the_clock_neither_spins_nor_blocks_shutdown)
+{
+    /* INT64_MAX cannot be added to the clock: the idle thread must wait
+     * without a deadline rather than fail its timed wait in a loop while
+     * holding the pool's lock (which hung metrics and shutdown). */
+    rt_runtime *rt = new_runtime_blocking(1, 2, INT64_MAX, 0);
+    rt_task *h = NULL;
+    cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)41, &h), 0);
+    void *value = NULL;
+    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(value, (void *)42);
+    /* The thread is idle now; the pool must still answer. */
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)(uintptr_t)i, &h), 0);
+        cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(value, (void *)(uintptr_t)(i + 1));
+    }
+    rt_metrics m = metrics_now(rt);
+    cr_assert_geq(m.blocking_threads, 1);
+    cr_assert(wait_blocking_threads(rt, 1, 10) || metrics_now(rt).blocking_threads <= 2);
+    finish_runtime(rt, 0);
+}
+
+static int sigpipe_fds[2];
+
+/* Writes to a pipe whose read end is closed: EPIPE, not death by SIGPIPE. */
+static void *write_to_closed_pipe(void *arg)
+{
+    (void)arg;
+    ssize_t n = write(sigpipe_fds[1], "x", 1);
+    return (void *)(intptr_t)(n < 0 ? -errno : n);
+}
+
+Test(blocking, a_job_writing_to_a_closed_pipe_gets_epipe_whoever_spawned_it)
+{
+    /* The test thread (a foreign thread) has SIGPIPE unblocked and the
+     * default action (death): the pool thread must not inherit that. */
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    cr_assert_eq(pipe(sigpipe_fds), 0);
+    close(sigpipe_fds[0]);
+    rt_runtime *rt = new_runtime_blocking(1, 1, 0, 0);
+    rt_task *h = NULL;
+    cr_assert_eq(rt_spawn_blocking(rt, write_to_closed_pipe, NULL, &h), 0);
+    void *value = NULL;
+    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq((intptr_t)value, -EPIPE);
+    close(sigpipe_fds[1]);
     finish_runtime(rt, 0);
 }

@@ -1291,3 +1291,121 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
                  atomic_load(&dlog.boxes));
     cr_assert_eq(atomic_load(&dlog.bad), 0);
 }
+
+/* ---- found by review ---------------------------------------------------------- */
+
+#define RACE_N 3000
+
+static int compare_ids(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct racing_spawner {
+    rt_group *g;
+    uint64_t ids[RACE_N];
+    int bad_spawns; /* failing spawns to make instead (an invalid worker) */
+    int failures;   /* of those, how many failed as they must */
+};
+
+static void *racing_spawner_thread(void *arg)
+{
+    struct racing_spawner *s = arg;
+    if (s->bad_spawns > 0) {
+        rt_spawn_options opts;
+        rt_spawn_options_init(&opts);
+        opts.worker = 1 << 20;
+        struct child c = {.kind = CHILD_VALUE, .value = 1};
+        for (int i = 0; i < s->bad_spawns; i++)
+            if (rt_group_spawn(s->g, &opts, child_poll, child_drop, &c, sizeof c, NULL) ==
+                -EINVAL)
+                __atomic_fetch_add(&s->failures, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    for (int i = 0; i < RACE_N; i++) {
+        struct child c = {.kind = CHILD_VALUE, .index = i, .value = (uintptr_t)i + 1};
+        cr_assert_eq(rt_group_spawn(s->g, NULL, child_poll, child_drop, &c, sizeof c, &s->ids[i]),
+                     0);
+    }
+    return NULL;
+}
+
+Test(group, ids_from_spawn_match_children_collected_while_they_are_spawned)
+{
+    /* Children finish at once and the owner collects (and frees their
+     * records) while a foreign thread is still inside rt_group_spawn: the
+     * id it returns must not be read from the freed record. */
+    rt_runtime *rt = new_runtime(2);
+    rt_group *g = new_group(rt, false);
+    struct racing_spawner *s = calloc(1, sizeof *s);
+    s->g = g;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, racing_spawner_thread, s), 0);
+    uint64_t *collected = calloc(RACE_N, sizeof *collected);
+    size_t n = 0;
+    while (n < RACE_N) {
+        rt_group_result res;
+        int err = hand_next(g, -1, &res);
+        if (err == -ECHILD) {
+            sched_yield(); /* empty for a moment: more are coming */
+            continue;
+        }
+        cr_assert_eq(err, 0);
+        cr_assert_eq(res.status, 0);
+        collected[n++] = res.id;
+    }
+    pthread_join(th, NULL);
+    qsort(collected, RACE_N, sizeof *collected, compare_ids);
+    qsort(s->ids, RACE_N, sizeof *s->ids, compare_ids);
+    for (size_t i = 0; i < RACE_N; i++)
+        cr_assert_eq(collected[i], s->ids[i], "id %zu: collected %llu, spawn returned %llu", i,
+                     (unsigned long long)collected[i], (unsigned long long)s->ids[i]);
+    cr_assert(ids_unique_nonzero(s->ids, RACE_N));
+    free(collected);
+    free(s);
+    rt_group_free(g);
+    finish_runtime(rt, 0);
+}
+
+Test(group, a_spawn_that_fails_wakes_an_owner_that_saw_its_child_counted)
+{
+    /* A failing spawn lists its child for a moment: an owner that polls in
+     * that moment waits, and must be woken when the child is taken back. */
+    rt_runtime *rt = new_runtime(2);
+    rt_group *g = new_group(rt, false);
+    struct racing_spawner *s = calloc(1, sizeof *s);
+    s->g = g;
+    s->bad_spawns = 200000;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, racing_spawner_thread, s), 0);
+    rt_context cx = hand_context();
+    int pending = 0;
+    rt_group_next op;
+    for (;;) {
+        memset(&op, 0, sizeof op);
+        cr_assert_eq(rt_group_next_init(&op, g, -1), 0);
+        unsigned long seen = event_count(&hand_woken);
+        int err = 0;
+        rt_group_result res;
+        rt_poll r = rt_group_next_poll(&op, &cx, &res, &err);
+        if (r == RT_PENDING) {
+            pending++;
+            cr_assert(event_wait_for_s(&hand_woken, seen + 1, 10),
+                      "the owner waited on a child whose spawn failed and was never woken");
+        } else {
+            cr_assert_eq(err, -ECHILD);
+        }
+        rt_group_next_drop(&op);
+        if (r == RT_READY && __atomic_load_n(&s->failures, __ATOMIC_RELAXED) == s->bad_spawns)
+            break;
+        if (r == RT_READY)
+            sched_yield();
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(s->failures, s->bad_spawns);
+    cr_log_info("the owner waited %d times in a failing spawn's window", pending);
+    free(s);
+    rt_group_free(g);
+    finish_runtime(rt, 0);
+}

@@ -2060,3 +2060,34 @@ Test(sync, shutdown_with_tasks_waiting_on_every_primitive_releases_everything)
     rt_mutex_destroy(&m);
     rt_notify_destroy(&n);
 }
+
+/* ---- found by review ---------------------------------------------------------- */
+
+Test(sync, permits_granted_but_not_collected_count_toward_the_maximum)
+{
+    /* A waiter served RT_SEMAPHORE_MAX permits but not yet polled still
+     * owns them (its drop gives them back), so a release on top of that must
+     * be refused: otherwise the drop would leave more than the maximum. */
+    rt_semaphore sem;
+    cr_assert_eq(rt_semaphore_init(&sem, 0), 0);
+    struct hand h;
+    hand_init(&h);
+    rt_semaphore_acquire op;
+    cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, RT_SEMAPHORE_MAX), 0);
+    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(rt_semaphore_release(&sem, RT_SEMAPHORE_MAX), 0);
+    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(rt_semaphore_available(&sem), 0);
+    cr_assert_eq(rt_semaphore_release(&sem, 1), -EINVAL,
+                 "a release beyond the maximum counting the uncollected grant");
+    rt_semaphore_acquire_drop(&op);
+    cr_assert_eq(rt_semaphore_available(&sem), RT_SEMAPHORE_MAX);
+    cr_assert_eq(rt_semaphore_release(&sem, 1), -EINVAL);
+    /* Collected permits are the caller's: releasing them is fine. */
+    cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 5), 0);
+    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_READY);
+    cr_assert_eq(rt_semaphore_release(&sem, 5), 0);
+    cr_assert_eq(rt_semaphore_available(&sem), RT_SEMAPHORE_MAX);
+    cr_assert_eq(counting_outstanding(&h.w), 0);
+    rt_semaphore_destroy(&sem);
+}

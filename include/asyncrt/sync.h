@@ -52,6 +52,7 @@ typedef struct rt_waitnode {
 typedef struct rt_semaphore {
     uint32_t lock;     /* spinlock over the fields below */
     size_t permits;    /* available, not granted to anyone */
+    size_t granted;    /* granted to waiters that have not collected them */
     rt_waitnode *head; /* oldest waiter */
     rt_waitnode *tail; /* newest waiter */
 } rt_semaphore;
