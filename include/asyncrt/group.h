@@ -116,7 +116,10 @@ int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
  * else RT_PENDING. *err receives that status (may be NULL). */
 rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err);
 
-/* Releases the wait (its timer). Idempotent. */
+/* Releases the wait (its timer). Idempotent. Abort safety: results the
+ * wait already collected went to dispose; children not yet finished stay in
+ * the group, and for rt_group_close they stay cancelled (the group keeps
+ * refusing spawns). */
 void rt_group_wait_drop(rt_group_wait *op);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
