@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -797,4 +798,52 @@ Test(blocking, a_job_writing_to_a_closed_pipe_gets_epipe_whoever_spawned_it)
     cr_assert_eq((intptr_t)value, -EPIPE);
     close(sigpipe_fds[1]);
     finish_runtime(rt, 0);
+}
+
+/* Reads VmSize from /proc/self/status, in bytes (0 if unreadable). */
+static unsigned long long vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024;
+}
+
+Test(blocking, a_thread_that_cannot_be_created_is_an_error_not_a_hang)
+{
+#if defined(TEST_HAVE_LSAN) || defined(TEST_HAVE_TSAN)
+    /* The sanitizers reserve terabytes of address space: an address-space
+     * limit cannot be used to make thread creation fail there. */
+    cr_log_info("skipped under a sanitizer");
+#else
+    rt_runtime *rt = new_runtime_blocking(1, 4, 0, 0);
+    /* No pool thread exists yet. Leave no room for a thread's stack: the
+     * pool's pthread_create fails, and with no thread to take the job the
+     * spawn must say so rather than queue a job nobody will ever run. */
+    struct rlimit old;
+    cr_assert_eq(getrlimit(RLIMIT_AS, &old), 0);
+    unsigned long long vm = vm_size_bytes();
+    cr_assert_gt(vm, 0);
+    struct rlimit tight = {vm + (1ull << 20), old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &tight), 0);
+    rt_task *h = (rt_task *)1;
+    int rc = rt_spawn_blocking(rt, quick_job, NULL, &h);
+    cr_assert_eq(setrlimit(RLIMIT_AS, &old), 0);
+    cr_assert_eq(rc, -EAGAIN, "rt_spawn_blocking with no thread possible: %s", rt_strerror(rc));
+    cr_assert_null(h);
+    /* With room again, the pool works. */
+    cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)1, &h), 0);
+    void *value = NULL;
+    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(value, (void *)2);
+    rt_metrics m;
+    finish_runtime_metrics(rt, 0, &m);
+    cr_assert_eq(m.blocking_jobs, 1, "the refused job was counted");
+#endif
 }
