@@ -192,8 +192,9 @@ typedef void *(*rt_blocking_fn)(void *arg);
  * FIFO order. Use it for blocking system calls, file I/O and long
  * computations that would otherwise hold a worker.
  * handle: as for rt_spawn (join, wait, detach, abort; NULL: detached). A job
- * aborted before it started never runs (its joiner gets -ECANCELED); one
- * already running cannot be interrupted and keeps its result.
+ * aborted before it started never runs: the abort takes it out of the queue
+ * and its joiner gets -ECANCELED at once; one already running cannot be
+ * interrupted and keeps its result.
  * The runtime never touches arg: it is the job's to own.
  * Errors: -EINVAL (fn NULL, rt NULL outside a task), -ENOMEM, -ESHUTDOWN,
  * -EAGAIN (no thread could be created and none is running to take the job:
