@@ -77,6 +77,9 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
             (unsigned long long)m.workers, (unsigned long long)m.spawned,
             (unsigned long long)m.completed, (unsigned long long)m.cancelled,
             (unsigned long long)m.alive);
+    fprintf(out, "blocking pool: %llu threads, %llu jobs, %llu abandoned at shutdown\n",
+            (unsigned long long)m.blocking_threads, (unsigned long long)m.blocking_jobs,
+            (unsigned long long)m.blocking_abandoned);
     fprintf(out, "%-7s %12s %10s %12s %10s %8s %8s %10s %7s\n", "worker", "polls", "steals",
             "steal_tries", "inj_batch", "parks", "unparks", "deque_max", "spills");
     for (unsigned i = 0; i < rt->nworkers; i++) {
