@@ -114,13 +114,13 @@ RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, i
     rt__waitq_lock(&o->lock);
     int err = oneshot_take_locked(o, &v);
     if (err == -EAGAIN) {
-        if (!rt_waker_will_wake(&o->rx_waker, rt_context_waker(cx))) {
+        if (!rt__waker_will_wake(&o->rx_waker, rt_context_waker(cx))) {
             old = o->rx_waker;
             o->rx_waker = rt_waker_clone(rt_context_waker(cx));
         }
     }
     rt__waitq_unlock(&o->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     if (err == -EAGAIN) {
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
@@ -188,7 +188,7 @@ RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
     o->rx_waker = rt__waker_noop();
     bool both_gone = o->tx_gone;
     rt__waitq_unlock(&o->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     if (both_gone)
         free(o);
     return had;
@@ -287,7 +287,7 @@ RT_EXPORT void rt_chan_sender_drop(rt_chan *ch)
     if (--ch->senders == 0)
         chan_wake_rx_locked(ch, &wake); /* the receiver may now see the end */
     chan_unlock(ch);
-    rt_waker_wake(&wake);
+    rt__waker_wake(&wake);
 }
 
 /* Marks the channel closed and fails every waiting send. Takes the lock
@@ -345,7 +345,7 @@ RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, v
     rt_waker old = ch->rx_waker;
     ch->rx_waker = rt__waker_noop();
     chan_unlock(ch);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
 }
 
 RT_EXPORT size_t rt_chan_len(rt_chan *ch)
@@ -379,7 +379,7 @@ RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
     rt_waker wake = rt__waker_noop();
     chan_wake_rx_locked(ch, &wake);
     rt__waitq_unlock(&ch->lock);
-    rt_waker_wake(&wake);
+    rt__waker_wake(&wake);
     return 0;
 }
 
@@ -411,7 +411,7 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
     rt__waitq_lock(&ch->lock);
     int err = chan_take_locked(ch, &v, &wake);
     rt__waitq_unlock(&ch->lock);
-    rt_waker_wake(&wake);
+    rt__waker_wake(&wake);
     if (value != NULL)
         *value = v;
     return err;
@@ -427,15 +427,15 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
     rt__waitq_lock(&ch->lock);
     int err = chan_take_locked(ch, &v, &wake);
     if (err == -EAGAIN) {
-        if (!rt_waker_will_wake(&ch->rx_waker, rt_context_waker(cx))) {
+        if (!rt__waker_will_wake(&ch->rx_waker, rt_context_waker(cx))) {
             old = ch->rx_waker;
             ch->rx_waker = rt_waker_clone(rt_context_waker(cx));
         }
         ch->rx_waiting = true;
     }
     rt__waitq_unlock(&ch->lock);
-    rt_waker_drop(&old);
-    rt_waker_wake(&wake);
+    rt__waker_drop(&old);
+    rt__waker_wake(&wake);
     if (err == -EAGAIN) {
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
@@ -530,8 +530,8 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
     if (err <= 0)
         op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&ch->lock);
-    rt_waker_drop(&old);
-    rt_waker_wake(&wake);
+    rt__waker_drop(&old);
+    rt__waker_wake(&wake);
     if (err > 0) {
         rt__coop_refund();
         return RT_PENDING;
@@ -558,7 +558,7 @@ static bool chan_send_abandon(rt_chan_send *op)
     rt_waker old = op->node.waker;
     op->node.waker = rt__waker_noop();
     rt__waitq_unlock(&ch->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     return sent;
 }
 

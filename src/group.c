@@ -81,7 +81,7 @@ static void list_remove(struct child_record **head, struct child_record *r)
 
 static void group_destroy(rt_group *g)
 {
-    rt_waker_drop(&g->owner);
+    rt__waker_drop(&g->owner);
     free(g);
 }
 
@@ -134,8 +134,8 @@ static void group_report(rt_group *g, struct child_record *rec, void *value, int
     void (*dispose)(void *, void *) = g->dispose;
     void *arg = g->dispose_arg;
     rt__waitq_unlock(&g->lock);
-    rt_waker_drop(&child_waker);
-    rt_waker_wake(&owner);
+    rt__waker_drop(&child_waker);
+    rt__waker_wake(&owner);
     if (dispose_now) {
         if (status == 0 && dispose != NULL)
             dispose(value, arg);
@@ -239,7 +239,7 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
         rt_waker owner = g->owner;
         g->owner = rt__waker_noop();
         rt__waitq_unlock(&g->lock);
-        rt_waker_wake(&owner);
+        rt__waker_wake(&owner);
         free(rec);
         return err;
     }
@@ -302,7 +302,7 @@ static struct child_record *pop_done_locked(rt_group *g)
 static void set_owner_waker_locked(rt_group *g, rt_context *cx, rt_waker *old)
 {
     *old = rt__waker_noop();
-    if (rt_waker_will_wake(&g->owner, rt_context_waker(cx)))
+    if (rt__waker_will_wake(&g->owner, rt_context_waker(cx)))
         return;
     *old = g->owner;
     g->owner = rt_waker_clone(rt_context_waker(cx));
@@ -358,7 +358,7 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
     if (r == NULL && !empty)
         set_owner_waker_locked(g, cx, &old);
     rt__waitq_unlock(&g->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     if (r != NULL) {
         if (res != NULL) {
             res->id = r->id;
@@ -437,7 +437,7 @@ RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *
         void (*dispose)(void *, void *) = g->dispose;
         void *arg = g->dispose_arg;
         rt__waitq_unlock(&g->lock);
-        rt_waker_drop(&old);
+        rt__waker_drop(&old);
         if (r != NULL) {
             /* Collected here: the result goes to dispose, outside the lock. */
             if (r->status != 0)
@@ -493,7 +493,7 @@ RT_EXPORT void rt_group_free(rt_group *g)
     void (*dispose)(void *, void *) = g->dispose;
     void *arg = g->dispose_arg;
     rt__waitq_unlock(&g->lock);
-    rt_waker_drop(&owner);
+    rt__waker_drop(&owner);
     while (done != NULL) {
         struct child_record *next = done->next;
         if (done->status == 0 && dispose != NULL)

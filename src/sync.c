@@ -148,7 +148,7 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
     if (r == RT_READY)
         op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&sem->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     if (r == RT_READY)
         op->sem = NULL;
     else
@@ -180,7 +180,7 @@ RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
     }
     op->node.state = RT__WAIT_DONE;
     sem_grant_and_unlock(sem);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
 }
 
 static rt_poll sem_blocking_poll(void *arg, rt_context *cx)
@@ -288,7 +288,7 @@ RT_EXPORT void rt_notify_one(rt_notify *n)
     rt__waitq_lock(&n->lock);
     notify_one_locked(n, &wake);
     rt__waitq_unlock(&n->lock);
-    rt_waker_wake(&wake);
+    rt__waker_wake(&wake);
 }
 
 RT_EXPORT void rt_notify_all(rt_notify *n)
@@ -373,7 +373,7 @@ RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
     if (r == RT_READY)
         op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&n->lock);
-    rt_waker_drop(&old);
+    rt__waker_drop(&old);
     if (r == RT_READY)
         op->notify = NULL;
     else
@@ -397,6 +397,6 @@ RT_EXPORT void rt_notified_drop(rt_notified *op)
         notify_one_locked(n, &wake); /* a notify_one chose us: pass it on */
     op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&n->lock);
-    rt_waker_drop(&old);
-    rt_waker_wake(&wake);
+    rt__waker_drop(&old);
+    rt__waker_wake(&wake);
 }

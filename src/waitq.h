@@ -98,7 +98,7 @@ static inline bool rt__wake_list_take(rt__wake_list *l, rt_waitnode *n)
 static inline void rt__wake_list_wake(rt__wake_list *l)
 {
     for (unsigned i = 0; i < l->n; i++)
-        rt_waker_wake(&l->wakers[i]);
+        rt__waker_wake(&l->wakers[i]);
     l->n = 0;
 }
 
@@ -108,7 +108,7 @@ static inline void rt__wake_list_wake(rt__wake_list *l)
 static inline void rt__waitq_set_waker(rt_waitnode *n, const rt_context *cx, rt_waker *old)
 {
     *old = rt__waker_noop();
-    if (rt_waker_will_wake(&n->waker, rt_context_waker(cx)))
+    if (rt__waker_will_wake(&n->waker, rt_context_waker(cx)))
         return;
     *old = n->waker;
     n->waker = rt_waker_clone(rt_context_waker(cx));

@@ -13,4 +13,24 @@ static inline rt_waker rt__waker_noop(void)
     return w;
 }
 
+/* rt_waker_wake / rt_waker_drop / rt_waker_will_wake without a call when
+ * there is nothing to do: the library's slots are empty (no-op) most of the
+ * time, and these sit on every channel and lock operation. */
+static inline void rt__waker_wake(rt_waker *w)
+{
+    if (w->vtable != &rt__noop_waker_vtable)
+        rt_waker_wake(w);
+}
+
+static inline void rt__waker_drop(rt_waker *w)
+{
+    if (w->vtable != &rt__noop_waker_vtable)
+        rt_waker_drop(w);
+}
+
+static inline bool rt__waker_will_wake(const rt_waker *a, const rt_waker *b)
+{
+    return a->vtable == b->vtable && a->data == b->data;
+}
+
 #endif
