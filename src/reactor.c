@@ -165,6 +165,28 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts)
     return true;
 }
 
+/* Waits for events until *ts from now (NULL: no limit). epoll_pwait2 (Linux
+ * 5.11) has nanosecond timeouts; on an older kernel it fails with ENOSYS,
+ * and we fall back for good to epoll_wait, rounding the timeout up to whole
+ * milliseconds (a timer must never fire early). Without the fallback the
+ * reactor would spin on the error. */
+static int reactor_wait(rt__reactor *r, struct epoll_event *events, const struct timespec *ts)
+{
+    static int no_pwait2; /* set once by the first ENOSYS; read relaxed */
+    if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
+        int n = epoll_pwait2(r->epfd, events, RT_REACTOR_EVENTS, ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        __atomic_store_n(&no_pwait2, 1, __ATOMIC_RELAXED);
+    }
+    int timeout_ms = -1;
+    if (ts != NULL) {
+        int64_t ms = (int64_t)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
+        timeout_ms = ms > INT32_MAX ? INT32_MAX : (int)ms;
+    }
+    return epoll_wait(r->epfd, events, RT_REACTOR_EVENTS, timeout_ms);
+}
+
 static void *reactor_main(void *arg)
 {
     rt_runtime *rt = arg;
@@ -186,7 +208,7 @@ static void *reactor_main(void *arg)
 
         struct timespec ts;
         bool bounded = sleep_spec(r, &ts);
-        int n = epoll_pwait2(r->epfd, events, RT_REACTOR_EVENTS, bounded ? &ts : NULL, NULL);
+        int n = reactor_wait(r, events, bounded ? &ts : NULL);
         rt__store_seq_cst_u64(&r->sleeping_until_ms, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */

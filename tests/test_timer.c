@@ -1333,3 +1333,67 @@ Test(timer, hundred_thousand_concurrent_sleeps_all_complete_and_none_early)
                  atomic_load(&many_early));
     finish_runtime(rt, 0);
 }
+
+/* ---- a kernel without epoll_pwait2 ------------------------------------------ */
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+/* Makes epoll_pwait2 fail with ENOSYS in this process from now on, as on a
+ * kernel older than 5.11 (threads created later inherit the filter). */
+static bool forbid_epoll_pwait2(void)
+{
+#ifdef __NR_epoll_pwait2
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_epoll_pwait2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return false;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+#else
+    return false;
+#endif
+}
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+Test(timer, without_epoll_pwait2_the_reactor_falls_back_and_neither_spins_nor_fires_early)
+{
+    if (!forbid_epoll_pwait2()) {
+        cr_log_info("seccomp is not available here: nothing to check");
+        return;
+    }
+    rt_runtime *rt = new_runtime(2);
+    /* Sleeps still complete, never early, with millisecond timeouts. */
+    for (int i = 0; i < 5; i++) {
+        struct plain_sleep p = {.duration = 3 * 1000000 + i * 700000};
+        int64_t t0 = rt_now_ns();
+        void *out = (void *)(intptr_t)-1;
+        cr_assert_eq(rt_block_on(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out), 0);
+        cr_assert_eq((intptr_t)out, 0);
+        cr_assert_geq(rt_now_ns() - t0, p.duration, "a sleep ended early");
+    }
+    /* An idle runtime (a sleep of 200 ms pending) stays idle: a reactor
+     * spinning on the error would burn a whole CPU meanwhile. */
+    int64_t cpu0 = process_cpu_ns();
+    struct plain_sleep p = {.duration = 200 * 1000000};
+    void *out = NULL;
+    cr_assert_eq(rt_block_on(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out), 0);
+    int64_t used = process_cpu_ns() - cpu0;
+    cr_log_info("CPU used during a 200 ms sleep without epoll_pwait2: %lld us",
+                (long long)(used / 1000));
+    cr_assert_lt(used, 100 * 1000000, "the reactor spun: %lld ms of CPU in a 200 ms sleep",
+                 (long long)(used / 1000000));
+    finish_runtime(rt, 0);
+}
