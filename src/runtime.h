@@ -40,21 +40,32 @@
  *                        (a name, a pinned worker; set at spawn, never changed)
  *   bits 8..63           reference count (handles, wakers, queue entry, registry)
  *
- * A task that wakes itself during its own poll (a yield) is a special case
- * handled without touching the word: the worker notes it in
- * `current_notified`, and the task goes back on a run queue still RUNNING, as
- * if the poll had not ended; the next worker to pop it sees RUNNING and knows
- * it owns it already. While queued that way, external wakes and aborts behave
- * as for any running task (set NOTIFIED / CANCELLED, checked after the poll).
+ * A queued task is either NOTIFIED (the claim is the popping worker's
+ * fetch-add that swaps NOTIFIED for RUNNING) or queued already claimed:
+ * RUNNING, as if its poll had not ended, so the popping worker knows it owns
+ * it without a read-modify-write. Tasks are queued claimed when that is
+ * safe and saves an atomic on the hot path:
+ * - a new task (spawn sets RUNNING; no one else knows it yet);
+ * - a task woken by a worker of its runtime (the wake's CAS sets RUNNING
+ *   instead of NOTIFIED; the task goes on that worker's own queues);
+ * - a task that woke itself during its own poll (a yield), which the worker
+ *   notes in `current_notified` without touching the word at all.
+ * The reactor and foreign threads queue NOTIFIED tasks. While a claimed task
+ * is queued, external wakes and aborts behave as for a running one (they set
+ * NOTIFIED / CANCELLED); the popping worker honours CANCELLED before the poll
+ * and clears a NOTIFIED that came in the meantime, which that poll consumes.
  *
  * Lifecycle (flags only):
  *
- *   spawn ──► NOTIFIED ──pop──► RUNNING ──RT_READY──────────────► COMPLETE
- *               ▲                 │  │                              ▲
- *               │ wake (idle)     │  └─wake during poll: +NOTIFIED   │
- *               │                 ▼        requeue after the poll   │
- *             idle ◄──RT_PENDING──┘                                 │
- *               └── abort: +CANCELLED+NOTIFIED ──pop──► drop ───────┘
+ *   spawn ──────────────────► RUNNING (queued, claimed) ──pop──┐
+ *   wake by a worker (idle) ──►                                 │
+ *                                                               ▼
+ *   wake (idle) ──► NOTIFIED ──pop──► RUNNING ──RT_READY──────► COMPLETE
+ *   from reactor     ▲                 │  │                        ▲
+ *   or foreign       │                 │  └─wake during poll:      │
+ *                    │ requeue         │     +NOTIFIED, requeued   │
+ *                  idle ◄──RT_PENDING──┘     after the poll        │
+ *                    └── abort: +CANCELLED+NOTIFIED ──pop──► drop ─┘
  *
  * Every transition is one CAS or fetch-add on the word; each is a full barrier
  * (acq_rel at least), which is what orders the data around it:

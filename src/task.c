@@ -135,7 +135,17 @@ static inline bool self_wake(rt_task *t)
 /* The state transition of a wake by value: returns true when the task was
  * idle and is now NOTIFIED, the waker's reference becoming the run queue's
  * (the caller schedules it); otherwise the reference has been dealt with. */
-static bool task_wake_transition(rt_task *t)
+/* Whether a task scheduled by the calling thread may be queued already
+ * claimed (RUNNING, see runtime.h): only by a worker of its runtime, which
+ * puts it on its own queues. The reactor and foreign threads queue
+ * NOTIFIED tasks. */
+static inline bool may_preclaim(rt_task *t)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL && w->rt == t->rt;
+}
+
+static bool task_wake_transition(rt_task *t, bool preclaim)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
@@ -154,7 +164,7 @@ static bool task_wake_transition(rt_task *t)
                 return false;
             continue;
         }
-        next = s | RT__TASK_NOTIFIED;
+        next = s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED);
         if (rt__cas_u64(&t->state, &s, next))
             return true;
     }
@@ -167,7 +177,7 @@ static void task_waker_wake(const void *data)
         rt__task_unref(t, 1); /* never the last: the worker holds one */
         return;
     }
-    if (task_wake_transition(t)) {
+    if (task_wake_transition(t, may_preclaim(t))) {
         RT__DEBUG_YIELD();
         rt__schedule(t);
     }
@@ -182,7 +192,7 @@ rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt)
         rt_waker_wake(&taken);
         return NULL;
     }
-    if (!task_wake_transition(t))
+    if (!task_wake_transition(t, false))
         return NULL;
     if (rt__task_pinned(t) >= 0) {
         /* A local task goes to its own worker's inbox, not the shared queue. */
@@ -198,13 +208,16 @@ static void task_waker_wake_by_ref(const void *data)
     if (self_wake(t))
         return;
     uint64_t s = rt__load_acquire_u64(&t->state);
+    bool preclaim = may_preclaim(t);
     for (;;) {
         if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED))
             return;
-        uint64_t next = s | RT__TASK_NOTIFIED;
         bool idle = !(s & RT__TASK_RUNNING);
-        if (idle)
+        uint64_t next = s | RT__TASK_NOTIFIED;
+        if (idle) {
+            next = s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED);
             next += RT__TASK_REF_ONE; /* the run queue's reference */
+        }
         if (rt__cas_u64(&t->state, &s, next)) {
             if (idle) {
                 RT__DEBUG_YIELD();
@@ -301,7 +314,9 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
     uint64_t refs = handle != NULL ? 3 : 2;
-    t->state = flags | RT__TASK_NOTIFIED | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
+    /* Queued already claimed (see runtime.h): the first poll needs no
+     * read-modify-write to claim it. */
+    t->state = flags | RT__TASK_RUNNING | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
                refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
     t->drop = drop;
@@ -449,10 +464,16 @@ void rt__task_run(rt__worker *w, rt_task *t)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     if (s & RT__TASK_RUNNING) {
-        /* Requeued by a yield: still ours. Only an abort can have come. */
-        if (s & RT__TASK_CANCELLED) {
-            task_cancel_running(w, t);
-            return;
+        /* Queued already claimed (spawned, woken by a worker, or requeued
+         * by a yield): ours without a read-modify-write. An abort may have
+         * come meanwhile, or a wake (NOTIFIED), which this poll consumes as
+         * the claim of a NOTIFIED task would. */
+        if (rt__unlikely(s & (RT__TASK_CANCELLED | RT__TASK_NOTIFIED))) {
+            if (s & RT__TASK_CANCELLED) {
+                task_cancel_running(w, t);
+                return;
+            }
+            rt__faa_u64(&t->state, (uint64_t)0 - RT__TASK_NOTIFIED);
         }
     } else {
         /* Queued tasks have NOTIFIED set and RUNNING clear, so one fetch-add
