@@ -90,7 +90,7 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms)
     (void)n;
 }
 
-void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t)
+void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, int64_t slack_ns)
 {
     /* A stopped reactor takes no commands: its stop releases what is left
      * in its wheel, and the future's own reference frees the timer. */
@@ -103,8 +103,43 @@ void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t)
     rt__faa_u32(&t->refs, 1); /* the queue's reference */
     cds_wfcq_node_init(&t->node);
     rt__tsan_release(&t->node);
+    rt__worker *w = rt__worker_current();
+    if (w != NULL && &w->rt->reactor == r) {
+        /* In the batch the command counts as queued (`queued` is set), so
+         * a later state change does not queue the timer twice. */
+        if (w->timer_batch_len == 0) {
+            w->timer_batch_since = rt_now_ns();
+            w->timer_batch_min_ms = t->deadline_ms;
+        } else if (t->deadline_ms < w->timer_batch_min_ms) {
+            w->timer_batch_min_ms = t->deadline_ms;
+        }
+        w->timer_batch[w->timer_batch_len++] = t;
+        if (slack_ns < RT__TIMER_BATCH_SLACK_NS || w->timer_batch_len == RT__TIMER_BATCH)
+            rt__timer_batch_flush(w);
+        return;
+    }
     cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
     rt__reactor_kick_before(r, t->deadline_ms);
+}
+
+void rt__timer_batch_flush(rt__worker *w)
+{
+    unsigned n = w->timer_batch_len;
+    if (n == 0)
+        return;
+    w->timer_batch_len = 0;
+    rt__reactor *r = &w->rt->reactor;
+    /* Linked privately, then spliced in with one exchange on the shared
+     * tail (a full barrier, as a single enqueue's is, for the kick check
+     * below). The private queue has no concurrent user, so the "blocking"
+     * splice never waits. */
+    struct __cds_wfcq_head head;
+    struct cds_wfcq_tail tail;
+    __cds_wfcq_init(&head, &tail);
+    for (unsigned i = 0; i < n; i++)
+        cds_wfcq_enqueue(&head, &tail, &w->timer_batch[i]->node);
+    __cds_wfcq_splice_blocking(&r->cmd_head, &r->cmd_tail, &head, &tail);
+    rt__reactor_kick_before(r, w->timer_batch_min_ms);
 }
 
 void rt__reactor_release_io(rt__reactor *r, rt_io *io)

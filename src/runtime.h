@@ -271,6 +271,12 @@ typedef struct rt__worker {
     /* The block of task ids this worker hands out: next_id up to id_limit. */
     uint64_t next_id;
     uint64_t id_limit;
+    /* Timer commands not yet handed to the reactor (reactor.h), the
+     * earliest deadline among them (wheel ms), and when the first came. */
+    struct rt__timer *timer_batch[RT__TIMER_BATCH];
+    unsigned timer_batch_len;
+    uint64_t timer_batch_min_ms;
+    int64_t timer_batch_since;
     /* The tasks spawned on this worker (owner only). */
     rt__registry registry;
     /* Free small task blocks (owner only). */

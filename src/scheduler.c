@@ -191,6 +191,7 @@ static bool holds_idle_memory(rt__worker *w)
 static void park_worker(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
+    rt__timer_batch_flush(w); /* no timer waits on a sleeping worker */
     assert(w->deferred_head == NULL && w->lifo == NULL && w->local_head == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
@@ -661,6 +662,9 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             transition_from_searching(w);
             rt__task_run(w, t);
+            if (w->timer_batch_len > 0 &&
+                rt__now_ns() - w->timer_batch_since >= RT__TIMER_BATCH_WAIT_NS)
+                rt__timer_batch_flush(w);
             if (w->announce_after_poll) {
                 w->announce_after_poll = false;
                 announce_local_work(w);
@@ -677,6 +681,7 @@ void *rt__worker_main(void *arg)
         }
         park_worker(w);
     }
+    rt__timer_batch_flush(w);
     tls_worker = NULL;
     return NULL;
 }

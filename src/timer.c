@@ -126,7 +126,8 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     rt__timer *t = s->timer;
     if (t == NULL) {
         /* Never early: ready only once the clock has passed the deadline. */
-        if (rt_now_ns() >= s->deadline_ns)
+        int64_t now = rt_now_ns();
+        if (now >= s->deadline_ns)
             return RT_READY;
         int e = 0;
         t = timer_arm(s->rt, s->deadline_ns, &e);
@@ -138,7 +139,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
         s->timer = t;
         /* The waker goes in before the reactor can see the timer. */
         timer_set_waker(t, cx);
-        rt__reactor_submit_timer(t->reactor, t);
+        rt__reactor_submit_timer(t->reactor, t, s->deadline_ns - now);
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
     }
@@ -166,7 +167,9 @@ RT_EXPORT void rt_sleep_drop(rt_sleep *s)
     s->timer = NULL;
     uint32_t expected = RT__TIMER_ARMED;
     if (rt__cas_u32(&t->state, &expected, RT__TIMER_CANCELLED))
-        rt__reactor_submit_timer(t->reactor, t); /* unfile it now, not at its deadline */
+        /* Unfile it soon rather than at its deadline (no hurry: a cancelled
+         * timer that fires is simply dropped). */
+        rt__reactor_submit_timer(t->reactor, t, INT64_MAX);
     rt__spin_lock(&t->lock);
     rt_waker w = t->waker;
     t->waker = rt_waker_noop();
