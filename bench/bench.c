@@ -461,8 +461,8 @@ static struct rep_result run_yield_many(rt_runtime *rt, const struct params *p)
 
 struct pinger {
     rt_coro co;
-    rt_chan *out;   /* sender of a->b */
-    rt_chan *in;    /* receiver of b->a */
+    rt_chan *out; /* sender of a->b */
+    rt_chan *in;  /* receiver of b->a */
     uint64_t rounds;
     uint64_t round;
     uintptr_t token;

@@ -75,8 +75,8 @@ static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
         /* Each producer owns a sender reference of its own. */
         rt_chan_sender_clone(p->ch);
         struct producer prod = {.ch = p->ch, .count = p->count};
-        if (rt_group_spawn(p->group, NULL, producer_poll, producer_drop, &prod, sizeof prod,
-                           NULL) < 0) {
+        if (rt_group_spawn(p->group, NULL, producer_poll, producer_drop, &prod, sizeof prod, NULL) <
+            0) {
             rt_chan_sender_drop(p->ch);
             fprintf(stderr, "spawn failed\n");
         }

@@ -197,18 +197,18 @@ RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
 /* ---- Bounded multi-producer channel ---------------------------------------*/
 
 struct rt_chan {
-    uint32_t lock;         /* spinlock over everything below */
-    bool closed;           /* the receiver closed: sends fail */
-    bool rx_gone;          /* the receiver was dropped */
-    size_t senders;        /* sender references */
-    size_t capacity;       /* slots in buf */
-    size_t len;            /* values buffered */
-    size_t first;          /* index of the oldest buffered value */
-    rt_waker rx_waker;     /* the receiver's last waker, or the no-op waker */
-    bool rx_waiting;       /* the receiver waits: rx_waker must be woken */
-    rt_waitnode *tx_head;  /* oldest waiting send (only while full) */
-    rt_waitnode *tx_tail;  /* newest waiting send */
-    void *buf[];           /* the ring of values */
+    uint32_t lock;        /* spinlock over everything below */
+    bool closed;          /* the receiver closed: sends fail */
+    bool rx_gone;         /* the receiver was dropped */
+    size_t senders;       /* sender references */
+    size_t capacity;      /* slots in buf */
+    size_t len;           /* values buffered */
+    size_t first;         /* index of the oldest buffered value */
+    rt_waker rx_waker;    /* the receiver's last waker, or the no-op waker */
+    bool rx_waiting;      /* the receiver waits: rx_waker must be woken */
+    rt_waitnode *tx_head; /* oldest waiting send (only while full) */
+    rt_waitnode *tx_tail; /* newest waiting send */
+    void *buf[];          /* the ring of values */
 };
 
 #define RT__CHAN_MAX_CAPACITY ((size_t)1 << 31)

@@ -42,16 +42,16 @@ struct child_record {
 };
 
 struct rt_group {
-    uint32_t lock;                  /* spinlock over the fields below */
-    rt_runtime *rt;                 /* where children run */
-    size_t refs;                    /* the owner + children not yet reported */
-    size_t running;                 /* children not finished */
-    size_t finished;                /* children finished, not collected */
-    bool closing;                   /* no more spawns */
-    bool owner_gone;                /* rt_group_free was called */
+    uint32_t lock;   /* spinlock over the fields below */
+    rt_runtime *rt;  /* where children run */
+    size_t refs;     /* the owner + children not yet reported */
+    size_t running;  /* children not finished */
+    size_t finished; /* children finished, not collected */
+    bool closing;    /* no more spawns */
+    bool owner_gone; /* rt_group_free was called */
     struct child_record *running_head;
     struct child_record *done_head, *done_tail;
-    rt_waker owner;                 /* the waiting owner, or the no-op waker */
+    rt_waker owner;                  /* the waiting owner, or the no-op waker */
     void (*dispose)(void *, void *); /* for results nobody collects */
     void *dispose_arg;
 };
@@ -62,9 +62,9 @@ struct group_child {
     struct child_record *rec;
     rt_poll_fn poll;
     rt_drop_fn drop;
-    void *out;          /* the user's result */
-    int status;         /* 1 while unfinished, then 0 or -ECANCELED */
-    bool waker_stored;  /* rec->waker holds our waker */
+    void *out;         /* the user's result */
+    int status;        /* 1 while unfinished, then 0 or -ECANCELED */
+    bool waker_stored; /* rec->waker holds our waker */
     _Alignas(16) unsigned char inner[];
 };
 

@@ -302,7 +302,6 @@ static inline rt__worker *rt__worker_current(void)
     return rt__tls_worker;
 }
 
-
 /* ---- Runtime ------------------------------------------------------------*/
 
 /* The idle coordinator's word: workers searching for work in the low 32 bits,

@@ -580,8 +580,8 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool han
         return NULL;
     /* References: the pool queue's, and the handle's. */
     uint64_t refs = handle ? 2 : 1;
-    t->state = flags | RT__TASK_NOTIFIED | (handle ? RT__TASK_JOIN_INTEREST : 0) |
-               refs * RT__TASK_REF_ONE;
+    t->state =
+        flags | RT__TASK_NOTIFIED | (handle ? RT__TASK_JOIN_INTEREST : 0) | refs * RT__TASK_REF_ONE;
     t->u.poll = job_never_polled;
     t->drop = NULL;
     t->rt = rt;

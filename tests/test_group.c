@@ -1318,8 +1318,7 @@ static void *racing_spawner_thread(void *arg)
         opts.worker = 1 << 20;
         struct child c = {.kind = CHILD_VALUE, .value = 1};
         for (int i = 0; i < s->bad_spawns; i++)
-            if (rt_group_spawn(s->g, &opts, child_poll, child_drop, &c, sizeof c, NULL) ==
-                -EINVAL)
+            if (rt_group_spawn(s->g, &opts, child_poll, child_drop, &c, sizeof c, NULL) == -EINVAL)
                 __atomic_fetch_add(&s->failures, 1, __ATOMIC_RELAXED);
         return NULL;
     }

@@ -63,9 +63,9 @@ void rt_group_cancel(rt_group *g);
 
 /* What rt_group_next collects. */
 typedef struct rt_group_result {
-    uint64_t id;  /* the child's task id */
-    void *value;  /* its result (NULL when cancelled) */
-    int status;   /* 0, or -ECANCELED (aborted, or cancelled by shutdown) */
+    uint64_t id; /* the child's task id */
+    void *value; /* its result (NULL when cancelled) */
+    int status;  /* 0, or -ECANCELED (aborted, or cancelled by shutdown) */
 } rt_group_result;
 
 /* One wait for the next finished child, with an optional timeout. Fields are

@@ -139,8 +139,8 @@ int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, r
 
 /* Convenience: spawn a local task pinned to the calling worker (only from a
  * task of rt, or of rt_current() when rt is NULL). */
-int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                   size_t size, rt_task **handle);
+int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                   rt_task **handle);
 
 /* ---- Task identity ---------------------------------------------------------
  *
