@@ -700,3 +700,142 @@ Test(scheduler, join_wakers_are_dropped_exactly_once_when_joins_race_completion)
     cr_assert_eq(atomic_load(&counted_live), 0, "%ld join wakers were never dropped",
                  atomic_load(&counted_live));
 }
+
+/* ---- Wakes from workers, foreign threads and aborts, all at once ------------
+ *
+ * A task woken by a worker of its runtime is queued already claimed
+ * (RUNNING), so its next poll starts without a read-modify-write; a wake or
+ * an abort that reaches it while it sits in a queue must then be honoured
+ * exactly as for a running task. Here MESH_TASKS tasks wake one another from
+ * inside their polls (worker wakes), foreign threads wake them at random too,
+ * and one thread aborts every seventh task while all that goes on. No task
+ * may be polled by two workers at once or after it finished, every drop runs
+ * exactly once, and every task that was not aborted polls to its target. */
+
+#define MESH_TASKS 256
+#define MESH_TARGET 2000
+#define MESH_WAKER_THREADS 2
+
+/* Each task's own waker, cloned at its first poll and published by `ready`
+ * (release there, acquire before every use). */
+static rt_waker mesh_wakers[MESH_TASKS];
+static atomic_bool mesh_ready[MESH_TASKS];
+static atomic_int mesh_in_poll[MESH_TASKS];
+static atomic_int mesh_done[MESH_TASKS];
+static atomic_int mesh_drops[MESH_TASKS];
+static atomic_int mesh_overlaps;
+static atomic_int mesh_after_done;
+static atomic_bool mesh_stop;
+
+static void mesh_wake(uint32_t i)
+{
+    if (atomic_load_explicit(&mesh_ready[i], memory_order_acquire))
+        rt_waker_wake_by_ref(&mesh_wakers[i]);
+}
+
+struct mesh_task {
+    uint32_t index;
+    uint32_t polls;
+    uint32_t rng;
+};
+
+static rt_poll mesh_poll(void *state, rt_context *cx, void **out)
+{
+    struct mesh_task *m = state;
+    if (atomic_exchange(&mesh_in_poll[m->index], 1) != 0)
+        atomic_fetch_add(&mesh_overlaps, 1);
+    if (atomic_load(&mesh_done[m->index]))
+        atomic_fetch_add(&mesh_after_done, 1);
+    if (m->polls++ == 0) {
+        mesh_wakers[m->index] = rt_waker_clone(rt_context_waker(cx));
+        atomic_store_explicit(&mesh_ready[m->index], true, memory_order_release);
+    }
+    /* Wake two others from this worker: they are queued claimed. */
+    for (int k = 0; k < 2; k++) {
+        m->rng = m->rng * 1103515245u + 12345u;
+        mesh_wake((m->rng >> 8) % MESH_TASKS);
+    }
+    bool finished = m->polls >= MESH_TARGET;
+    if (finished)
+        atomic_store(&mesh_done[m->index], 1);
+    atomic_store(&mesh_in_poll[m->index], 0);
+    if (finished) {
+        *out = (void *)(uintptr_t)m->polls;
+        return RT_READY;
+    }
+    /* Sometimes go on through a yield, sometimes wait for someone's wake. */
+    if (m->rng & 0x10000)
+        return rt_yield(cx);
+    return RT_PENDING;
+}
+
+static void mesh_drop(void *state)
+{
+    struct mesh_task *m = state;
+    atomic_fetch_add(&mesh_drops[m->index], 1);
+    atomic_store(&mesh_done[m->index], 1);
+}
+
+static void *mesh_waker_thread(void *arg)
+{
+    uint32_t rng = (uint32_t)(uintptr_t)arg * 2654435761u + 1;
+    while (!atomic_load(&mesh_stop)) {
+        rng = rng * 1103515245u + 12345u;
+        mesh_wake((rng >> 8) % MESH_TASKS);
+    }
+    return NULL;
+}
+
+Test(scheduler, tasks_woken_by_workers_threads_and_aborts_at_once_are_polled_one_at_a_time)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 4;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    pthread_t threads[MESH_WAKER_THREADS];
+    for (uintptr_t t = 0; t < MESH_WAKER_THREADS; t++)
+        cr_assert_eq(pthread_create(&threads[t], NULL, mesh_waker_thread, (void *)t), 0);
+    static rt_task *handles[MESH_TASKS];
+    for (uint32_t i = 0; i < MESH_TASKS; i++) {
+        struct mesh_task m = {i, 0, i * 7919u + 1};
+        cr_assert_eq(RT_SPAWN(rt, mesh_poll, mesh_drop, &m, &handles[i]), 0);
+    }
+    /* Abort every seventh task while the storm goes on. */
+    for (uint32_t i = 0; i < MESH_TASKS; i += 7)
+        rt_task_abort(handles[i]);
+    /* Tasks waiting for a wake are woken by the others and the threads; a
+     * task whose partners all finished is woken by the threads. */
+    int completed = 0, cancelled = 0;
+    for (uint32_t i = 0; i < MESH_TASKS; i++) {
+        void *value = NULL;
+        int rc = rt_task_wait(handles[i], WAIT_DEADLINE_NS, &value);
+        if (rc == 0) {
+            cr_assert_eq((uintptr_t)value, MESH_TARGET, "task %u finished after %lu polls", i,
+                         (unsigned long)(uintptr_t)value);
+            completed++;
+        } else {
+            cr_assert_eq(rc, -ECANCELED, "task %u: %s", i, rt_strerror(rc));
+            cr_assert_eq(i % 7, 0, "task %u was cancelled but never aborted", i);
+            cancelled++;
+        }
+    }
+    atomic_store(&mesh_stop, true);
+    for (int t = 0; t < MESH_WAKER_THREADS; t++)
+        pthread_join(threads[t], NULL);
+    cr_log_info("mesh: %d completed, %d aborted in time", completed, cancelled);
+    /* Aborted right after the spawn, a task 2,000 polls from its end is
+     * all but certain to be cancelled: none at all means aborts of queued
+     * claimed tasks were ignored. */
+    cr_assert_gt(cancelled, 0, "no aborted task was cancelled");
+    cr_assert_eq(atomic_load(&mesh_overlaps), 0, "a task was polled by two workers at once");
+    cr_assert_eq(atomic_load(&mesh_after_done), 0, "a task was polled after it finished");
+    for (uint32_t i = 0; i < MESH_TASKS; i++)
+        cr_assert_eq(atomic_load(&mesh_drops[i]), 1, "task %u dropped %d times", i,
+                     atomic_load(&mesh_drops[i]));
+    finish_runtime(rt, 0);
+    /* The wakers outlive the runtime safely; release them now. */
+    for (uint32_t i = 0; i < MESH_TASKS; i++)
+        if (atomic_load(&mesh_ready[i]))
+            rt_waker_drop(&mesh_wakers[i]);
+}
