@@ -350,6 +350,8 @@ RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, v
 
 RT_EXPORT size_t rt_chan_len(rt_chan *ch)
 {
+    if (ch == NULL)
+        return 0;
     rt__waitq_lock(&ch->lock);
     size_t n = ch->len;
     rt__waitq_unlock(&ch->lock);
@@ -358,7 +360,7 @@ RT_EXPORT size_t rt_chan_len(rt_chan *ch)
 
 RT_EXPORT size_t rt_chan_capacity(const rt_chan *ch)
 {
-    return ch->capacity;
+    return ch != NULL ? ch->capacity : 0;
 }
 
 RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)

@@ -250,6 +250,8 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
 
 RT_EXPORT size_t rt_group_len(rt_group *g)
 {
+    if (g == NULL)
+        return 0;
     rt__waitq_lock(&g->lock);
     size_t n = g->running + g->finished;
     rt__waitq_unlock(&g->lock);

@@ -96,6 +96,8 @@ RT_EXPORT int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n)
 
 RT_EXPORT size_t rt_semaphore_available(rt_semaphore *sem)
 {
+    if (sem == NULL)
+        return 0;
     rt__waitq_lock(&sem->lock);
     size_t n = sem->permits;
     rt__waitq_unlock(&sem->lock);

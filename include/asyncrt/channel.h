@@ -108,7 +108,7 @@ void rt_chan_close(rt_chan *ch);
  * memory). */
 void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg), void *arg);
 
-/* Values buffered right now (a snapshot), and the capacity. */
+/* Values buffered right now (a snapshot), and the capacity (0 for NULL). */
 size_t rt_chan_len(rt_chan *ch);
 size_t rt_chan_capacity(const rt_chan *ch);
 

@@ -53,7 +53,7 @@ int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, r
                    const void *state, size_t size, uint64_t *id);
 
 /* Children not collected yet: running ones plus finished ones waiting for
- * rt_group_next. */
+ * rt_group_next (0 for NULL). */
 size_t rt_group_len(rt_group *g);
 
 /* Aborts every child still running (rt_task_abort). They finish as

@@ -77,7 +77,7 @@ int rt_semaphore_release(rt_semaphore *sem, size_t n);
  * -EINVAL (n 0 or > RT_SEMAPHORE_MAX). Never waits. */
 int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n);
 
-/* Permits available right now (a snapshot). */
+/* Permits available right now (a snapshot; 0 for NULL). */
 size_t rt_semaphore_available(rt_semaphore *sem);
 
 /* One acquisition of permits. Fields are private. */
