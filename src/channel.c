@@ -107,6 +107,11 @@ static int oneshot_take_locked(rt_oneshot *o, void **value)
 
 RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status)
 {
+    if (o == NULL) {
+        if (status != NULL)
+            *status = -EINVAL;
+        return RT_READY;
+    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     void *v = NULL;
@@ -421,6 +426,11 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
 
 RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status)
 {
+    if (ch == NULL) {
+        if (status != NULL)
+            *status = -EINVAL;
+        return RT_READY;
+    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     void *v = NULL;

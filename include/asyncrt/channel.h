@@ -59,7 +59,7 @@ void rt_oneshot_sender_drop(rt_oneshot *o);
  * sender was dropped without sending; else RT_PENDING (waker stored). The
  * value is handed out once: a poll after it was taken reports RT_READY with
  * *value NULL and *status -EALREADY. value and status may be NULL. The
- * receiving side stays to be dropped. */
+ * receiving side stays to be dropped. o NULL: RT_READY with -EINVAL. */
 rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status);
 
 /* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
@@ -123,7 +123,8 @@ int rt_chan_try_recv(rt_chan *ch, void **value);
 /* Receives: RT_READY with *status 0 and the oldest value in *value, or
  * *status -EPIPE (end of stream: *value NULL); else RT_PENDING with the
  * context's waker stored (one receiver: a later poll's waker replaces it).
- * value and status may be NULL. Only the holder of the receiver. */
+ * value and status may be NULL. Only the holder of the receiver. ch NULL:
+ * RT_READY with -EINVAL. */
 rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status);
 
 /* Blocks the calling thread to receive. Errors: -EPIPE, -ETIMEDOUT (timeout_ns
