@@ -88,6 +88,28 @@ static inline bool event_wait_for_s(struct event *e, unsigned long target, int s
 /* The same within the including file's EVENT_DEADLINE_S. */
 #define event_wait_for(e, target) event_wait_for_s((e), (target), EVENT_DEADLINE_S)
 
+/* How many times the event has been signalled so far. */
+static inline unsigned long event_count(struct event *e)
+{
+    pthread_mutex_lock(&e->mu);
+    unsigned long n = e->count;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+/* Passes a poll result through, signalling *e (when not NULL) the first time
+ * it is RT_PENDING: by then the operation has stored its waker (or is linked
+ * into its wait queue), so a test waiting for the event knows it waits. */
+static inline rt_poll announce(rt_poll p, bool *announced, struct event *e)
+{
+    if (p == RT_PENDING && !*announced) {
+        *announced = true;
+        if (e != NULL)
+            event_signal(e);
+    }
+    return p;
+}
+
 #ifdef TEST_WANT_COUNTING_WAKER
 #include <stdatomic.h>
 
@@ -161,6 +183,25 @@ static inline long counting_outstanding(struct counting_waker *w)
 {
     return atomic_load(&w->clones) - atomic_load(&w->drops) - atomic_load(&w->wakes_by_value);
 }
+
+/* Wakes of either kind so far. */
+static inline long counting_wakes(struct counting_waker *w)
+{
+    return atomic_load(&w->wakes_by_value) + atomic_load(&w->wakes_by_ref);
+}
+
+/* A hand-held poll context around a counting waker, for polling operations
+ * on the test thread. */
+struct hand {
+    struct counting_waker w;
+    rt_context cx;
+};
+
+static inline void hand_init(struct hand *h)
+{
+    counting_waker_init(&h->w);
+    h->cx = counting_context(&h->w);
+}
 #endif
 
 #ifndef TEST_OWN_NEW_RUNTIME
@@ -177,6 +218,22 @@ static inline rt_runtime *new_runtime(unsigned workers)
     return rt;
 }
 #endif
+
+/* A runtime with `workers` workers and the given cooperative budget (< 0:
+ * the default), or the test fails. */
+static inline rt_runtime *new_runtime_budget(unsigned workers, int budget)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = workers;
+    if (budget >= 0)
+        cfg.budget = (unsigned)budget;
+    rt_runtime *rt = NULL;
+    int rc = rt_runtime_new(&cfg, &rt);
+    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
+    cr_assert_not_null(rt);
+    return rt;
+}
 
 #ifndef TEST_OWN_FINISH_RUNTIME
 /* Every test that makes a runtime ends here: shuts it down, checks how many

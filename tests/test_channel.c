@@ -47,54 +47,6 @@ TestSuite(channel, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
-static long wakes(struct counting_waker *w)
-{
-    return atomic_load(&w->wakes_by_value) + atomic_load(&w->wakes_by_ref);
-}
-
-static rt_runtime *new_runtime_budget(unsigned workers, unsigned budget)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    cfg.budget = budget;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    return rt;
-}
-
-/* Passes a poll result through, signalling *e the first time it is
- * RT_PENDING (the operation is waiting by then). */
-static rt_poll announce(rt_poll p, bool *announced, struct event *e)
-{
-    if (p == RT_PENDING && !*announced) {
-        *announced = true;
-        if (e != NULL)
-            event_signal(e);
-    }
-    return p;
-}
-
-struct hand {
-    struct counting_waker w;
-    rt_context cx;
-};
-
-static void hand_init(struct hand *h)
-{
-    counting_waker_init(&h->w);
-    h->cx = counting_context(&h->w);
-}
-
 static rt_context noop_context(void)
 {
     return rt_context_from_waker(rt_waker_noop());
@@ -289,9 +241,9 @@ Test(channel, oneshot_recv_polled_by_hand_is_woken_once_and_hands_the_value_out_
     int st = 1;
     cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
     cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(wakes(&h.w), 0);
+    cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_oneshot_send(o, V(5)), 0);
-    cr_assert_eq(wakes(&h.w), 1, "the receiver was woken %ld times", wakes(&h.w));
+    cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was woken %ld times", counting_wakes(&h.w));
     cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(v, V(5));
@@ -317,7 +269,7 @@ Test(channel, oneshot_sender_dropped_without_sending_gives_epipe)
     int st = 1;
     cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
     rt_oneshot_sender_drop(o);
-    cr_assert_eq(wakes(&h.w), 1, "the receiver was not woken by the sender's drop");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was not woken by the sender's drop");
     cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     void *u = V(1);
@@ -702,13 +654,13 @@ Test(channel, chan_send_stays_pending_on_a_full_channel_until_a_receive)
     cr_assert_eq(rt_chan_send_init(&op, ch, V(0xC)), 0);
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
-    cr_assert_eq(wakes(&h.w), 0);
+    cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN);
     cr_assert_eq(rt_chan_len(ch), 1);
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(0xA));
-    cr_assert_eq(wakes(&h.w), 1, "the waiting sender was not woken by the receive");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the waiting sender was not woken by the receive");
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN, "try_send overtook the waiting sender");
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
     cr_assert_eq(st, 0);
@@ -743,8 +695,8 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
         cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
         cr_assert_eq(v, V(100 + k - 1), "receive %d got %lu", k, (unsigned long)(uintptr_t)v);
         for (int i = 1; i <= N; i++)
-            cr_assert_eq(wakes(&h[i].w), i <= k ? 1 : 0, "after receive %d sender %d woken %ld", k,
-                         i, wakes(&h[i].w));
+            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0, "after receive %d sender %d woken %ld", k,
+                         i, counting_wakes(&h[i].w));
         cr_assert_eq(rt_chan_try_send(ch, V(999)), -EAGAIN,
                      "try_send overtook waiting senders (receive %d)", k);
         for (int i = N; i > k; i--)
@@ -780,7 +732,7 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(1));
-    cr_assert_eq(wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
     /* op1 is dropped before its poll reports: the drop says whether its
      * value went in, and the channel agrees. */
     int accepted = rt_chan_send_drop(&op1);
@@ -792,7 +744,7 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
         cr_assert_eq(v, V(2), "drop reported 1 but the channel holds %p", v);
     } else {
         /* Not sent: the room it leaves goes to the next waiting sender. */
-        cr_assert_eq(wakes(&h2.w), 1, "the next sender was not served");
+        cr_assert_eq(counting_wakes(&h2.w), 1, "the next sender was not served");
     }
     cr_assert_eq(rt_chan_send_poll(&op2, &h2.cx, &st), RT_READY);
     cr_assert_eq(st, 0);
@@ -819,8 +771,8 @@ Test(channel, chan_recv_polled_by_hand_wakes_only_the_latest_waker)
     cr_assert_eq(rt_chan_recv(ch, &h2.cx, &v, &st), RT_PENDING);
     cr_assert_eq(counting_outstanding(&h1.w), 0, "the replaced waker was not released");
     cr_assert_eq(rt_chan_try_send(ch, V(0x77)), 0);
-    cr_assert_eq(wakes(&h2.w), 1);
-    cr_assert_eq(wakes(&h1.w), 0, "the replaced waker was woken");
+    cr_assert_eq(counting_wakes(&h2.w), 1);
+    cr_assert_eq(counting_wakes(&h1.w), 0, "the replaced waker was woken");
     cr_assert_eq(rt_chan_recv(ch, &h2.cx, &v, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(v, V(0x77));
@@ -872,10 +824,10 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_eq(rt_chan_sender_clone(ch), 0);
     cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_PENDING);
     rt_chan_sender_drop(ch);
-    cr_assert_eq(wakes(&h.w), 0, "woken while a sender remained");
+    cr_assert_eq(counting_wakes(&h.w), 0, "woken while a sender remained");
     cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_PENDING);
     rt_chan_sender_drop(ch);
-    cr_assert_eq(wakes(&h.w), 1, "the waiting receiver was not woken by the last sender's drop");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the waiting receiver was not woken by the last sender's drop");
     cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -926,8 +878,8 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     cr_assert(event_wait_for(&bs.started, 1));
 
     rt_chan_close(ch);
-    cr_assert_eq(wakes(&hb.w), 1, "a waiting sender was not woken by close");
-    cr_assert_eq(wakes(&hc.w), 1, "a waiting sender was not woken by close");
+    cr_assert_eq(counting_wakes(&hb.w), 1, "a waiting sender was not woken by close");
+    cr_assert_eq(counting_wakes(&hc.w), 1, "a waiting sender was not woken by close");
     cr_assert_eq(rt_chan_send_poll(&sb, &hb.cx, &stb), RT_READY);
     cr_assert_eq(stb, -EPIPE);
     cr_assert_eq(rt_chan_send_poll(&sc, &hc.cx, &stc), RT_READY);
@@ -994,7 +946,7 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     for (int i = 0; i < 4; i++)
         cr_assert_eq(d.seqs[i], i + 1, "disposal %d was of value %d", i, d.seqs[i]);
     cr_assert_eq(d.arg_seen, &d);
-    cr_assert_eq(wakes(&h.w), 1, "the waiting sender was not woken by the receiver's drop");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the waiting sender was not woken by the receiver's drop");
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     free(waiting); /* refused: still ours, and not disposed */
@@ -1393,7 +1345,7 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, first);
     free(first);
-    cr_assert_eq(wakes(&h.w), 1, "the sender behind the aborted one was not served");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the sender behind the aborted one was not served");
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);

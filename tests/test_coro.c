@@ -26,14 +26,6 @@ TestSuite(coro, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long n = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return n;
-}
-
 /* A user waker that counts its calls and signals an event on each wake-up,
  * so the test thread can act as a tiny executor. */
 struct counting_target {

@@ -41,14 +41,6 @@ TestSuite(group, .timeout = 90, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
 /* Shuts the runtime down, checks how many tasks shutdown cancelled (negative:
  * unchecked) and that none is alive, hands the final (exact) metrics to the
  * caller when asked, and frees the runtime. */

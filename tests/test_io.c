@@ -45,14 +45,6 @@ TestSuite(io, .timeout = 110, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
 /* Open descriptors of this process (the directory's own one included, the
  * same in every count). */
 static int count_fds(void)

@@ -42,20 +42,6 @@ TestSuite(local, .timeout = 90, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static rt_runtime *new_runtime_budget(unsigned workers, int budget)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    if (budget >= 0)
-        cfg.budget = (unsigned)budget;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
-
 static void finish_runtime_metrics(rt_runtime *rt, int expected_cancelled, rt_metrics *final)
 {
     int cancelled = rt_runtime_shutdown(rt);

@@ -49,14 +49,6 @@ TestSuite(net, .timeout = 280, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
 /* Open descriptors of this process. */
 static int count_fds(void)
 {

@@ -42,57 +42,6 @@ TestSuite(sync, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
-static long wakes(struct counting_waker *w)
-{
-    return atomic_load(&w->wakes_by_value) + atomic_load(&w->wakes_by_ref);
-}
-
-/* A runtime with `workers` workers and the given cooperative budget. */
-static rt_runtime *new_runtime_budget(unsigned workers, unsigned budget)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    cfg.budget = budget;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    return rt;
-}
-
-/* Passes a poll result through, signalling *e the first time it is
- * RT_PENDING: by then the operation is linked into its wait queue, so a test
- * that waits for the event knows the waiter is queued. */
-static rt_poll announce(rt_poll p, bool *announced, struct event *e)
-{
-    if (p == RT_PENDING && !*announced) {
-        *announced = true;
-        if (e != NULL)
-            event_signal(e);
-    }
-    return p;
-}
-
-/* A hand-held poll context around a counting waker. */
-struct hand {
-    struct counting_waker w;
-    rt_context cx;
-};
-
-static void hand_init(struct hand *h)
-{
-    counting_waker_init(&h->w);
-    h->cx = counting_context(&h->w);
-}
-
 static rt_context noop_context(void)
 {
     return rt_context_from_waker(rt_waker_noop());
@@ -324,7 +273,7 @@ Test(sync, semaphore_acquire_is_ready_at_once_when_permits_are_free)
     rt_semaphore_acquire_drop(&op);
     rt_semaphore_acquire_drop(&op);
     cr_assert_eq(rt_semaphore_available(&sem), 0, "drop after RT_READY gave permits back");
-    cr_assert_eq(wakes(&h.w), 0);
+    cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a ready acquisition kept a waker");
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
     cr_assert_eq(rt_semaphore_available(&sem), 2);
@@ -369,9 +318,9 @@ Test(sync, semaphore_try_acquire_never_overtakes_a_queued_waiter)
     cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
     /* One permit is available, but a waiter is queued before the caller. */
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), -EAGAIN, "try_acquire barged past a waiter");
-    cr_assert_eq(wakes(&h.w), 0);
+    cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&h.w), 1, "the waiter was not woken once its 2 permits were there");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the waiter was not woken once its 2 permits were there");
     /* Granted but not collected: nobody else may take them. */
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), -EAGAIN, "try_acquire took granted permits");
     cr_assert_eq(rt_semaphore_available(&sem), 0);
@@ -398,8 +347,8 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
     for (int k = 0; k < N; k++) {
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
         for (int i = 0; i < N; i++)
-            cr_assert_eq(wakes(&h[i].w), i <= k ? 1 : 0,
-                         "after release %d, waiter %d was woken %ld times", k, i, wakes(&h[i].w));
+            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0,
+                         "after release %d, waiter %d was woken %ld times", k, i, counting_wakes(&h[i].w));
         /* The later ones, polled first, still wait. */
         for (int i = N - 1; i > k; i--)
             cr_assert_eq(rt_semaphore_acquire_poll(&op[i], &h[i].cx), RT_PENDING,
@@ -408,7 +357,7 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
         cr_assert_eq(rt_semaphore_available(&sem), 0);
     }
     for (int i = 0; i < N; i++) {
-        cr_assert_eq(wakes(&h[i].w), 1, "waiter %d woken %ld times", i, wakes(&h[i].w));
+        cr_assert_eq(counting_wakes(&h[i].w), 1, "waiter %d woken %ld times", i, counting_wakes(&h[i].w));
         cr_assert_eq(counting_outstanding(&h[i].w), 0, "waiter %d's waker leaked", i);
     }
     cr_assert_eq(rt_semaphore_release(&sem, N), 0);
@@ -429,8 +378,8 @@ Test(sync, semaphore_repoll_with_another_waker_wakes_the_latest_one)
     cr_assert_eq(rt_semaphore_acquire_poll(&op, &h2.cx), RT_PENDING);
     cr_assert_eq(counting_outstanding(&h1.w), 0, "the replaced waker was not released");
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&h2.w), 1, "the latest waker was not woken");
-    cr_assert_eq(wakes(&h1.w), 0, "the replaced waker was woken");
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the latest waker was not woken");
+    cr_assert_eq(counting_wakes(&h1.w), 0, "the replaced waker was woken");
     cr_assert_eq(rt_semaphore_acquire_poll(&op, &h2.cx), RT_READY);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
@@ -492,7 +441,7 @@ Test(sync, semaphore_big_acquire_at_the_head_is_not_overtaken_by_small_ones)
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
     for (int k = 1; k <= 2; k++) {
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-        cr_assert_eq(wakes(&hb.w) + wakes(&hs1.w) + wakes(&hs2.w), 0,
+        cr_assert_eq(counting_wakes(&hb.w) + counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0,
                      "a waiter was woken with %d of the head's 3 permits released", k);
         cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING,
                      "a small acquisition overtook the big one at the head (%d released)", k);
@@ -502,19 +451,19 @@ Test(sync, semaphore_big_acquire_at_the_head_is_not_overtaken_by_small_ones)
         cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_PENDING);
     }
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&hb.w), 1, "the head was not woken with its 3 permits there");
-    cr_assert_eq(wakes(&hs1.w) + wakes(&hs2.w), 0);
+    cr_assert_eq(counting_wakes(&hb.w), 1, "the head was not woken with its 3 permits there");
+    cr_assert_eq(counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0);
     cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_READY);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&hs1.w), 1);
-    cr_assert_eq(wakes(&hs2.w), 0, "the third waiter was served before the second");
+    cr_assert_eq(counting_wakes(&hs1.w), 1);
+    cr_assert_eq(counting_wakes(&hs2.w), 0, "the third waiter was served before the second");
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_READY);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&hs2.w), 1);
+    cr_assert_eq(counting_wakes(&hs2.w), 1);
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_READY);
     cr_assert_eq(counting_outstanding(&hb.w), 0);
     cr_assert_eq(counting_outstanding(&hs1.w), 0);
@@ -543,14 +492,14 @@ Test(sync, semaphore_dropping_a_partly_served_head_passes_its_permits_on)
     cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
-    cr_assert_eq(wakes(&hs1.w) + wakes(&hs2.w), 0);
+    cr_assert_eq(counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0);
     /* The head gives up: the two permits it was waiting on go to the next
      * two waiters. */
     rt_semaphore_acquire_drop(&big);
     cr_assert_eq(counting_outstanding(&hb.w), 0, "the dropped head kept its waker");
-    cr_assert_eq(wakes(&hb.w), 0);
-    cr_assert_eq(wakes(&hs1.w), 1, "the permits did not pass to the second waiter");
-    cr_assert_eq(wakes(&hs2.w), 1, "the permits did not pass to the third waiter");
+    cr_assert_eq(counting_wakes(&hb.w), 0);
+    cr_assert_eq(counting_wakes(&hs1.w), 1, "the permits did not pass to the second waiter");
+    cr_assert_eq(counting_wakes(&hs2.w), 1, "the permits did not pass to the third waiter");
     cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_READY);
     cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_READY);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
@@ -591,11 +540,11 @@ Test(sync, semaphore_granted_but_uncollected_permits_pass_to_the_next_waiter)
     cr_assert_eq(rt_semaphore_acquire_poll(&op1, &h1.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_acquire_poll(&op2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&h1.w), 1);
-    cr_assert_eq(wakes(&h2.w), 0);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h2.w), 0);
     /* op1 was granted the permit but is dropped before it polls again. */
     rt_semaphore_acquire_drop(&op1);
-    cr_assert_eq(wakes(&h2.w), 1, "the uncollected permit was not passed on");
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the uncollected permit was not passed on");
     cr_assert_eq(rt_semaphore_acquire_poll(&op2, &h2.cx), RT_READY);
     cr_assert_eq(rt_semaphore_available(&sem), 0, "the permit was both passed on and returned");
     rt_semaphore_acquire_drop(&op1); /* idempotent */
@@ -618,7 +567,7 @@ Test(sync, semaphore_granted_but_uncollected_permits_return_when_nobody_waits)
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 2), 0);
     cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
-    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_semaphore_available(&sem), 0, "granted permits are counted as available");
     rt_semaphore_acquire_drop(&op);
     cr_assert_eq(rt_semaphore_available(&sem), 2, "the granted permits were not given back");
@@ -644,11 +593,11 @@ Test(sync, semaphore_pending_waiter_dropped_leaves_the_queue_and_its_waker)
     cr_assert_eq(counting_outstanding(&h[1].w), 0, "the dropped waiter's waker was kept");
     rt_semaphore_acquire_drop(&op[1]);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&h[0].w), 1);
+    cr_assert_eq(counting_wakes(&h[0].w), 1);
     cr_assert_eq(rt_semaphore_acquire_poll(&op[0], &h[0].cx), RT_READY);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    cr_assert_eq(wakes(&h[1].w), 0, "a dropped waiter was woken");
-    cr_assert_eq(wakes(&h[2].w), 1, "the permit went to the dropped waiter");
+    cr_assert_eq(counting_wakes(&h[1].w), 0, "a dropped waiter was woken");
+    cr_assert_eq(counting_wakes(&h[2].w), 1, "the permit went to the dropped waiter");
     cr_assert_eq(rt_semaphore_acquire_poll(&op[2], &h[2].cx), RT_READY);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     for (int i = 0; i < 3; i++)
@@ -984,7 +933,7 @@ Test(sync, semaphore_acquire_blocking_queues_behind_a_waiter_and_wakes_on_a_rele
     void *v = (void *)(intptr_t)-1;
     cr_assert_eq(rt_block_on(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);
     cr_assert_eq((intptr_t)v, 0);
-    cr_assert_eq(wakes(&h.w), 1, "the head waiter was not served first");
+    cr_assert_eq(counting_wakes(&h.w), 1, "the head waiter was not served first");
     cr_assert_eq(event_count(&b.done), 0, "the blocked thread took the head's permit");
     cr_assert_eq(rt_semaphore_acquire_poll(&head, &h.cx), RT_READY);
     /* Two more from a task: the blocked thread's. */
@@ -1093,15 +1042,15 @@ Test(sync, mutex_unlock_hands_the_lock_to_the_oldest_waiter_without_barging)
     cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_PENDING);
     cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
     rt_mutex_unlock(&m);
-    cr_assert_eq(wakes(&h1.w), 1);
-    cr_assert_eq(wakes(&h2.w), 0);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h2.w), 0);
     /* Handed over: a newcomer may not take it. */
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "try_lock barged past the waiter");
     cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_READY);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
     rt_mutex_unlock(&m);
-    cr_assert_eq(wakes(&h2.w), 1);
+    cr_assert_eq(counting_wakes(&h2.w), 1);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "try_lock barged past the waiter");
     cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_READY);
     rt_mutex_unlock(&m);
@@ -1270,9 +1219,9 @@ Test(sync, mutex_handed_over_but_uncollected_passes_to_the_next_waiter)
     cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_PENDING);
     cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
     rt_mutex_unlock(&m);
-    cr_assert_eq(wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
     rt_mutex_lock_drop(&op1);
-    cr_assert_eq(wakes(&h2.w), 1, "the uncollected lock was not passed on");
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the uncollected lock was not passed on");
     cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_READY);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "the lock was passed on and released");
     rt_mutex_lock_drop(&op1);
@@ -1295,7 +1244,7 @@ Test(sync, mutex_handed_over_but_uncollected_is_released_when_nobody_waits)
     cr_assert_eq(rt_mutex_lock_init(&op, &m), 0);
     cr_assert_eq(rt_mutex_lock_poll(&op, &h.cx), RT_PENDING);
     rt_mutex_unlock(&m);
-    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
     rt_mutex_lock_drop(&op);
     cr_assert_eq(rt_mutex_try_lock(&m), 0, "the uncollected lock stayed locked");
@@ -1309,7 +1258,7 @@ Test(sync, mutex_handed_over_but_uncollected_is_released_when_nobody_waits)
     rt_mutex_lock_drop(&op);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
     rt_mutex_unlock(&m);
-    cr_assert_eq(wakes(&h2.w), 0, "a dropped waiter was woken");
+    cr_assert_eq(counting_wakes(&h2.w), 0, "a dropped waiter was woken");
     cr_assert_eq(rt_mutex_try_lock(&m), 0, "the lock went to a dropped waiter");
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_outstanding(&h.w), 0);
@@ -1607,7 +1556,7 @@ Test(sync, notify_one_before_the_wait_is_not_lost)
     cr_assert_eq(rt_notified_init(&op, &n), 0);
     cr_assert_eq(rt_notified_poll(&op, &h.cx), RT_PENDING, "the permit was used twice");
     rt_notify_one(&n);
-    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_notified_poll(&op, &h.cx), RT_READY);
     cr_assert_eq(counting_outstanding(&h.w), 0);
     /* A notification after init but before the first poll counts too. */
@@ -1653,8 +1602,8 @@ Test(sync, notify_one_wakes_waiters_in_fifo_order)
     for (int k = 0; k < N; k++) {
         rt_notify_one(&n);
         for (int i = 0; i < N; i++)
-            cr_assert_eq(wakes(&h[i].w), i <= k ? 1 : 0, "after notify %d, waiter %d woken %ld", k,
-                         i, wakes(&h[i].w));
+            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0, "after notify %d, waiter %d woken %ld", k,
+                         i, counting_wakes(&h[i].w));
         for (int i = N - 1; i > k; i--)
             cr_assert_eq(rt_notified_poll(&op[i], &h[i].cx), RT_PENDING);
         cr_assert_eq(rt_notified_poll(&op[k], &h[k].cx), RT_READY, "waiter %d", k);
@@ -1686,8 +1635,8 @@ Test(sync, notify_all_wakes_every_waiter_initialised_before_it_even_unpolled)
     cr_assert_eq(rt_notified_init(&unpolled, &n), 0);
     rt_notify_all(&n);
     cr_assert_eq(rt_notified_init(&later, &n), 0);
-    cr_assert_eq(wakes(&h1.w), 1);
-    cr_assert_eq(wakes(&h2.w), 1);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h2.w), 1);
     cr_assert_eq(rt_notified_poll(&unpolled, &h3.cx), RT_READY,
                  "a wait initialised before notify_all but not polled missed it");
     cr_assert_eq(rt_notified_poll(&polled2, &h2.cx), RT_READY);
@@ -1731,10 +1680,10 @@ Test(sync, notified_drop_passes_a_notify_one_on_to_the_next_waiter)
     cr_assert_eq(rt_notified_init(&op2, &n), 0);
     cr_assert_eq(rt_notified_poll(&op2, &h2.cx), RT_PENDING);
     rt_notify_one(&n);
-    cr_assert_eq(wakes(&h1.w), 1);
-    cr_assert_eq(wakes(&h2.w), 0);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    cr_assert_eq(counting_wakes(&h2.w), 0);
     rt_notified_drop(&op1);
-    cr_assert_eq(wakes(&h2.w), 1, "the uncollected notification was not passed on");
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the uncollected notification was not passed on");
     cr_assert_eq(rt_notified_poll(&op2, &h2.cx), RT_READY);
     rt_notified_drop(&op1);
     /* Passed on, not also kept as the permit. */
@@ -1758,7 +1707,7 @@ Test(sync, notified_drop_keeps_an_uncollected_notify_one_as_the_permit)
     cr_assert_eq(rt_notified_init(&op, &n), 0);
     cr_assert_eq(rt_notified_poll(&op, &h.cx), RT_PENDING);
     rt_notify_one(&n);
-    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(counting_wakes(&h.w), 1);
     rt_notified_drop(&op);
     cr_assert_eq(counting_outstanding(&h.w), 0);
     rt_context cx = noop_context();
@@ -1777,7 +1726,7 @@ Test(sync, notified_drop_keeps_an_uncollected_notify_one_as_the_permit)
     rt_notified_drop(&op);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
     rt_notify_one(&n);
-    cr_assert_eq(wakes(&h2.w), 0);
+    cr_assert_eq(counting_wakes(&h2.w), 0);
     cr_assert_eq(rt_notified_init(&next, &n), 0);
     cr_assert_eq(rt_notified_poll(&next, &cx), RT_READY, "notify_one was spent on a dropped wait");
     rt_notify_destroy(&n);
@@ -2076,7 +2025,7 @@ Test(sync, permits_granted_but_not_collected_count_toward_the_maximum)
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, RT_SEMAPHORE_MAX), 0);
     cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, RT_SEMAPHORE_MAX), 0);
-    cr_assert_eq(wakes(&h.w), 1);
+    cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), -EINVAL,
                  "a release beyond the maximum counting the uncollected grant");

@@ -48,14 +48,6 @@ TestSuite(timer, .timeout = 110, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static unsigned long event_count(struct event *e)
-{
-    pthread_mutex_lock(&e->mu);
-    unsigned long c = e->count;
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
 /* Every test ends here: shuts the runtime down, checks how many tasks
  * shutdown cancelled (negative: unchecked) and that none is alive, and frees
  * the runtime. Returns how long shutdown + free took. */
@@ -79,11 +71,6 @@ static int64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
-}
-
-static long counting_wakes(struct counting_waker *w)
-{
-    return atomic_load(&w->wakes_by_value) + atomic_load(&w->wakes_by_ref);
 }
 
 /* Blocks the test thread for about `ns` by running a sleep task on the
