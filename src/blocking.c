@@ -186,12 +186,7 @@ RT_EXPORT int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt
         rt__task_discard_job(t);
         return -ESHUTDOWN;
     }
-    t->node.next = NULL;
-    if (p->tail != NULL)
-        p->tail->node.next = (struct cds_wfcq_node *)t;
-    else
-        p->head = t;
-    p->tail = t;
+    rt__task_fifo_append(&p->head, &p->tail, t);
     int err = 0;
     if (p->idle > 0) {
         p->idle--;

@@ -118,12 +118,8 @@ RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, i
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&o->lock);
     int err = oneshot_take_locked(o, &v);
-    if (err == -EAGAIN) {
-        if (!rt__waker_will_wake(&o->rx_waker, rt_context_waker(cx))) {
-            old = o->rx_waker;
-            o->rx_waker = rt_waker_clone(rt_context_waker(cx));
-        }
-    }
+    if (err == -EAGAIN)
+        old = rt__waker_store(&o->rx_waker, rt_context_waker(cx));
     rt__waitq_unlock(&o->lock);
     rt__waker_drop(&old);
     if (err == -EAGAIN) {
@@ -439,10 +435,7 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
     rt__waitq_lock(&ch->lock);
     int err = chan_take_locked(ch, &v, &wake);
     if (err == -EAGAIN) {
-        if (!rt__waker_will_wake(&ch->rx_waker, rt_context_waker(cx))) {
-            old = ch->rx_waker;
-            ch->rx_waker = rt_waker_clone(rt_context_waker(cx));
-        }
+        old = rt__waker_store(&ch->rx_waker, rt_context_waker(cx));
         ch->rx_waiting = true;
     }
     rt__waitq_unlock(&ch->lock);
@@ -523,7 +516,7 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
         err = -EPIPE;
         break;
     case RT__WAIT_QUEUED:
-        rt__waitq_set_waker(&op->node, cx, &old);
+        old = rt__waker_store(&op->node.waker, rt_context_waker(cx));
         break;
     default:
         if (ch->closed) {

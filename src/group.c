@@ -31,6 +31,9 @@
 
 struct group_child;
 
+/* Wrapper states up to this size are assembled on the stack at spawn. */
+#define RT__GROUP_STACK_STATE 256
+
 /* What the group keeps of one child. */
 struct child_record {
     struct child_record *prev, *next; /* in the running or the finished list */
@@ -189,10 +192,14 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
         return -EINVAL;
     struct child_record *rec = calloc(1, sizeof(*rec));
     size_t total = sizeof(struct group_child) + size;
-    struct group_child *c = malloc(total);
+    /* The wrapper's state is assembled here and copied into the task by the
+     * spawn: on the stack when small (the usual case), else on the heap. */
+    _Alignas(16) unsigned char small[RT__GROUP_STACK_STATE];
+    struct group_child *c = total <= sizeof small ? (struct group_child *)small : malloc(total);
     if (rec == NULL || c == NULL) {
         free(rec);
-        free(c);
+        if ((unsigned char *)c != small)
+            free(c);
         return -ENOMEM;
     }
     rec->waker = rt__waker_noop();
@@ -216,7 +223,8 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     if (g->closing) {
         rt__waitq_unlock(&g->lock);
         free(rec);
-        free(c);
+        if ((unsigned char *)c != small)
+            free(c);
         return -EPIPE;
     }
     rec->next = g->running_head;
@@ -228,7 +236,8 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     rt__waitq_unlock(&g->lock);
 
     int err = rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, child_id);
-    free(c); /* the task has its own copy */
+    if ((unsigned char *)c != small)
+        free(c); /* the task has its own copy */
     if (err < 0) {
         rt__waitq_lock(&g->lock);
         list_remove(&g->running_head, rec);
@@ -300,16 +309,6 @@ static struct child_record *pop_done_locked(rt_group *g)
     return r;
 }
 
-/* Stores the owner's waker (under the lock); *old gets the one to drop. */
-static void set_owner_waker_locked(rt_group *g, rt_context *cx, rt_waker *old)
-{
-    *old = rt__waker_noop();
-    if (rt__waker_will_wake(&g->owner, rt_context_waker(cx)))
-        return;
-    *old = g->owner;
-    g->owner = rt_waker_clone(rt_context_waker(cx));
-}
-
 /* The timeout part of a wait: RT_READY with *err set when it has passed or
  * failed. */
 static rt_poll poll_timeout(rt_sleep *sleep, int timed, rt_context *cx, int *err)
@@ -358,7 +357,7 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
     struct child_record *r = pop_done_locked(g);
     bool empty = r == NULL && g->running == 0;
     if (r == NULL && !empty)
-        set_owner_waker_locked(g, cx, &old);
+        old = rt__waker_store(&g->owner, rt_context_waker(cx));
     rt__waitq_unlock(&g->lock);
     rt__waker_drop(&old);
     if (r != NULL) {
@@ -435,7 +434,7 @@ RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *
         struct child_record *r = pop_done_locked(g);
         bool all_done = r == NULL && g->running == 0;
         if (r == NULL && !all_done)
-            set_owner_waker_locked(g, cx, &old);
+            old = rt__waker_store(&g->owner, rt_context_waker(cx));
         void (*dispose)(void *, void *) = g->dispose;
         void *arg = g->dispose_arg;
         rt__waitq_unlock(&g->lock);

@@ -13,6 +13,7 @@
 #include "io_internal.h"
 #include "reactor.h"
 #include "runtime.h"
+#include "waker.h"
 
 /* ---- Readiness ---------------------------------------------------------- */
 
@@ -43,10 +44,7 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
         return RT_READY; /* the operation reports -EBADF */
     }
     rt_waker *slot = slot_of(io, dir);
-    if (!rt_waker_will_wake(slot, w)) {
-        old = *slot;
-        *slot = rt_waker_clone(w);
-    }
+    old = rt__waker_store(slot, w);
     rt__spin_unlock(&io->lock);
     rt_waker_drop(&old);
     /* An event between the first read and the registration set the bit

@@ -415,6 +415,19 @@ void rt__task_run_job(rt_task *t);
 void rt__task_cancel_job(rt_task *t);
 void rt__task_discard_job(rt_task *t);
 
+/* Appends `t` to a private FIFO of tasks linked through task->node (the
+ * deferred and local lists of a worker, the blocking pool's queue), which
+ * its owner (or the holder of its lock) alone touches. */
+static inline void rt__task_fifo_append(rt_task **head, rt_task **tail, rt_task *t)
+{
+    t->node.next = NULL;
+    if (*tail != NULL)
+        (*tail)->node.next = (struct cds_wfcq_node *)t;
+    else
+        *head = t;
+    *tail = t;
+}
+
 /* A new task id (see task.c). */
 uint64_t rt__task_new_id(void);
 

@@ -143,25 +143,33 @@ static void transition_to_parked(rt__worker *w)
     pthread_mutex_unlock(&rt->sleepers_lock);
 }
 
+/* Takes a sleeping worker off the sleepers stack, counting it unparked (and
+ * searching, when `searching`). Returns false when it was not sleeping (a
+ * notifier took it already). Under sleepers_lock. */
+static bool remove_sleeper_locked(rt__worker *w, bool searching)
+{
+    rt_runtime *rt = w->rt;
+    if (!w->sleeping)
+        return false;
+    for (unsigned i = 0; i < rt->nsleepers; i++) {
+        if (rt->sleepers[i] == w->index) {
+            rt->sleepers[i] = rt->sleepers[--rt->nsleepers];
+            break;
+        }
+    }
+    w->sleeping = false;
+    rt__faa_u64(&rt->idle_state,
+                RT__IDLE_UNPARKED_ONE + (searching ? RT__IDLE_SEARCHING_ONE : 0));
+    return true;
+}
+
 /* Takes the worker back out of the sleepers if nobody did yet. Returns false
  * when a notifier already woke it (it is then a searcher). */
 static bool cancel_park(rt__worker *w)
 {
-    rt_runtime *rt = w->rt;
-    bool removed = false;
-    pthread_mutex_lock(&rt->sleepers_lock);
-    if (w->sleeping) {
-        for (unsigned i = 0; i < rt->nsleepers; i++) {
-            if (rt->sleepers[i] == w->index) {
-                rt->sleepers[i] = rt->sleepers[--rt->nsleepers];
-                break;
-            }
-        }
-        w->sleeping = false;
-        rt__faa_u64(&rt->idle_state, RT__IDLE_UNPARKED_ONE);
-        removed = true;
-    }
-    pthread_mutex_unlock(&rt->sleepers_lock);
+    pthread_mutex_lock(&w->rt->sleepers_lock);
+    bool removed = remove_sleeper_locked(w, false);
+    pthread_mutex_unlock(&w->rt->sleepers_lock);
     return removed;
 }
 
@@ -270,21 +278,10 @@ static void announce_local_work(rt__worker *w)
  * task. */
 static void unpark_worker(rt__worker *w)
 {
-    rt_runtime *rt = w->rt;
-    pthread_mutex_lock(&rt->sleepers_lock);
-    bool parked = w->sleeping;
-    if (parked) {
-        for (unsigned i = 0; i < rt->nsleepers; i++) {
-            if (rt->sleepers[i] == w->index) {
-                rt->sleepers[i] = rt->sleepers[--rt->nsleepers];
-                break;
-            }
-        }
-        w->sleeping = false;
-        /* It wakes as a searcher, like a worker a notifier picked. */
-        rt__faa_u64(&rt->idle_state, RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE);
-    }
-    pthread_mutex_unlock(&rt->sleepers_lock);
+    /* It wakes as a searcher, like a worker a notifier picked. */
+    pthread_mutex_lock(&w->rt->sleepers_lock);
+    bool parked = remove_sleeper_locked(w, true);
+    pthread_mutex_unlock(&w->rt->sleepers_lock);
     if (parked)
         rt__parker_unpark(&w->parker);
 }
@@ -292,12 +289,7 @@ static void unpark_worker(rt__worker *w)
 /* Appends a local task to its own worker's private FIFO (owner only). */
 static void push_pinned_local(rt__worker *w, rt_task *t)
 {
-    t->node.next = NULL;
-    if (w->local_tail != NULL)
-        w->local_tail->node.next = (struct cds_wfcq_node *)t;
-    else
-        w->local_head = t;
-    w->local_tail = t;
+    rt__task_fifo_append(&w->local_head, &w->local_tail, t);
 }
 
 /* Schedules a local task: onto its worker's private FIFO when that worker is
@@ -383,12 +375,7 @@ void rt__defer(rt__worker *w, rt_task *t)
 {
     if (rt__task_pinned(t) >= 0)
         w->deferred_pinned++;
-    t->node.next = NULL;
-    if (w->deferred_tail != NULL)
-        w->deferred_tail->node.next = (struct cds_wfcq_node *)t;
-    else
-        w->deferred_head = t;
-    w->deferred_tail = t;
+    rt__task_fifo_append(&w->deferred_head, &w->deferred_tail, t);
     w->deferred_len++;
 }
 
@@ -511,18 +498,12 @@ static void share_deferred(rt__worker *w)
     if (share == 0)
         return;
     rt_task *kept_head = NULL, *kept_tail = NULL;
-    size_t moved = 0, kept = 0;
+    size_t moved = 0;
     for (size_t i = 0; i < share && w->deferred_head != NULL; i++) {
         rt_task *t = w->deferred_head;
         w->deferred_head = (rt_task *)t->node.next;
         if (rt__task_pinned(t) >= 0) {
-            t->node.next = NULL;
-            if (kept_tail != NULL)
-                kept_tail->node.next = (struct cds_wfcq_node *)t;
-            else
-                kept_head = t;
-            kept_tail = t;
-            kept++;
+            rt__task_fifo_append(&kept_head, &kept_tail, t);
             continue;
         }
         push_local(w, t);
@@ -537,7 +518,6 @@ static void share_deferred(rt__worker *w)
         w->deferred_tail = NULL;
     }
     w->deferred_len -= moved;
-    (void)kept;
     if (moved > 0)
         announce_local_work(w);
 }

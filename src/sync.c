@@ -134,7 +134,7 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
         r = RT_READY;
         break;
     case RT__WAIT_QUEUED:
-        rt__waitq_set_waker(&op->node, cx, &old);
+        old = rt__waker_store(&op->node.waker, rt_context_waker(cx));
         break;
     default: /* IDLE: take the permits now unless someone is queued first */
         if (sem->head == NULL && sem->permits >= op->node.want) {
@@ -357,7 +357,7 @@ RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
         r = RT_READY;
         break;
     case RT__WAIT_QUEUED:
-        rt__waitq_set_waker(&op->node, cx, &old);
+        old = rt__waker_store(&op->node.waker, rt_context_waker(cx));
         break;
     default:
         if (n->generation != op->generation) {

@@ -10,6 +10,7 @@
 #include "atomic.h"
 #include "runtime.h"
 #include "timer_internal.h"
+#include "waker.h"
 
 RT_EXPORT int64_t rt_now_ns(void)
 {
@@ -88,14 +89,9 @@ static void timer_set_waker(rt__timer *t, rt_context *cx)
 {
     const rt_waker *w = rt_context_waker(cx);
     rt__spin_lock(&t->lock);
-    if (!rt_waker_will_wake(&t->waker, w)) {
-        rt_waker old = t->waker;
-        t->waker = rt_waker_clone(w);
-        rt__spin_unlock(&t->lock);
-        rt_waker_drop(&old);
-        return;
-    }
+    rt_waker old = rt__waker_store(&t->waker, w);
     rt__spin_unlock(&t->lock);
+    rt__waker_drop(&old);
 }
 
 RT_EXPORT int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns)

@@ -102,18 +102,6 @@ static inline void rt__wake_list_wake(rt__wake_list *l)
     l->n = 0;
 }
 
-/* Stores a clone of the context's waker in a queued node, unless the stored
- * one already wakes the same task; *old receives the waker to drop after the
- * lock is released (the no-op waker when none). Under the lock. */
-static inline void rt__waitq_set_waker(rt_waitnode *n, const rt_context *cx, rt_waker *old)
-{
-    *old = rt__waker_noop();
-    if (rt__waker_will_wake(&n->waker, rt_context_waker(cx)))
-        return;
-    *old = n->waker;
-    n->waker = rt_waker_clone(rt_context_waker(cx));
-}
-
 /* Blocks the calling thread, which must not be a worker, on a poll-style
  * function: polls `poll(arg, cx)` with a waker that unparks this thread
  * until it returns RT_READY or timeout_ns passes (< 0: no limit).

@@ -33,4 +33,17 @@ static inline bool rt__waker_will_wake(const rt_waker *a, const rt_waker *b)
     return a->vtable == b->vtable && a->data == b->data;
 }
 
+/* Stores a clone of *w in the waker slot *slot, unless the slot already
+ * wakes the same target (the common case of a task polled again). Returns
+ * what the slot held before, for the caller to drop once it has released
+ * the lock guarding the slot (the no-op waker when nothing changed). */
+static inline rt_waker rt__waker_store(rt_waker *slot, const rt_waker *w)
+{
+    if (rt__waker_will_wake(slot, w))
+        return rt__waker_noop();
+    rt_waker old = *slot;
+    *slot = rt_waker_clone(w);
+    return old;
+}
+
 #endif
