@@ -158,8 +158,7 @@ static bool remove_sleeper_locked(rt__worker *w, bool searching)
         }
     }
     w->sleeping = false;
-    rt__faa_u64(&rt->idle_state,
-                RT__IDLE_UNPARKED_ONE + (searching ? RT__IDLE_SEARCHING_ONE : 0));
+    rt__faa_u64(&rt->idle_state, RT__IDLE_UNPARKED_ONE + (searching ? RT__IDLE_SEARCHING_ONE : 0));
     return true;
 }
 

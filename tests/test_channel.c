@@ -695,8 +695,8 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
         cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
         cr_assert_eq(v, V(100 + k - 1), "receive %d got %lu", k, (unsigned long)(uintptr_t)v);
         for (int i = 1; i <= N; i++)
-            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0, "after receive %d sender %d woken %ld", k,
-                         i, counting_wakes(&h[i].w));
+            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0,
+                         "after receive %d sender %d woken %ld", k, i, counting_wakes(&h[i].w));
         cr_assert_eq(rt_chan_try_send(ch, V(999)), -EAGAIN,
                      "try_send overtook waiting senders (receive %d)", k);
         for (int i = N; i > k; i--)
@@ -827,7 +827,8 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_eq(counting_wakes(&h.w), 0, "woken while a sender remained");
     cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_PENDING);
     rt_chan_sender_drop(ch);
-    cr_assert_eq(counting_wakes(&h.w), 1, "the waiting receiver was not woken by the last sender's drop");
+    cr_assert_eq(counting_wakes(&h.w), 1,
+                 "the waiting receiver was not woken by the last sender's drop");
     cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -946,7 +947,8 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     for (int i = 0; i < 4; i++)
         cr_assert_eq(d.seqs[i], i + 1, "disposal %d was of value %d", i, d.seqs[i]);
     cr_assert_eq(d.arg_seen, &d);
-    cr_assert_eq(counting_wakes(&h.w), 1, "the waiting sender was not woken by the receiver's drop");
+    cr_assert_eq(counting_wakes(&h.w), 1,
+                 "the waiting sender was not woken by the receiver's drop");
     cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     free(waiting); /* refused: still ours, and not disposed */

@@ -348,7 +348,8 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
         for (int i = 0; i < N; i++)
             cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0,
-                         "after release %d, waiter %d was woken %ld times", k, i, counting_wakes(&h[i].w));
+                         "after release %d, waiter %d was woken %ld times", k, i,
+                         counting_wakes(&h[i].w));
         /* The later ones, polled first, still wait. */
         for (int i = N - 1; i > k; i--)
             cr_assert_eq(rt_semaphore_acquire_poll(&op[i], &h[i].cx), RT_PENDING,
@@ -357,7 +358,8 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
         cr_assert_eq(rt_semaphore_available(&sem), 0);
     }
     for (int i = 0; i < N; i++) {
-        cr_assert_eq(counting_wakes(&h[i].w), 1, "waiter %d woken %ld times", i, counting_wakes(&h[i].w));
+        cr_assert_eq(counting_wakes(&h[i].w), 1, "waiter %d woken %ld times", i,
+                     counting_wakes(&h[i].w));
         cr_assert_eq(counting_outstanding(&h[i].w), 0, "waiter %d's waker leaked", i);
     }
     cr_assert_eq(rt_semaphore_release(&sem, N), 0);
@@ -1602,8 +1604,8 @@ Test(sync, notify_one_wakes_waiters_in_fifo_order)
     for (int k = 0; k < N; k++) {
         rt_notify_one(&n);
         for (int i = 0; i < N; i++)
-            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0, "after notify %d, waiter %d woken %ld", k,
-                         i, counting_wakes(&h[i].w));
+            cr_assert_eq(counting_wakes(&h[i].w), i <= k ? 1 : 0,
+                         "after notify %d, waiter %d woken %ld", k, i, counting_wakes(&h[i].w));
         for (int i = N - 1; i > k; i--)
             cr_assert_eq(rt_notified_poll(&op[i], &h[i].cx), RT_PENDING);
         cr_assert_eq(rt_notified_poll(&op[k], &h[k].cx), RT_READY, "waiter %d", k);
