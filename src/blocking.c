@@ -97,6 +97,9 @@ static rt_task *pop_job_locked(rt__blocking_pool *p)
 static void *pool_thread_main(void *arg)
 {
     rt__blocking_pool *p = arg;
+    /* Set by the thread itself: it is detached, so its creator may not
+     * name it once it could have exited. */
+    pthread_setname_np(pthread_self(), "asyncrt-block");
     pthread_mutex_lock(&p->lock);
     for (;;) {
         rt_task *job = pop_job_locked(p);

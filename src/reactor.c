@@ -306,6 +306,7 @@ int rt__reactor_start(rt_runtime *rt)
     err = -pthread_create(&r->thread, NULL, reactor_main, rt);
     if (err < 0)
         goto fail;
+    pthread_setname_np(r->thread, "asyncrt-reactor");
     r->running = true;
     return 0;
 

@@ -45,6 +45,31 @@ static int thread_count(void)
     return n;
 }
 
+/* How many threads of this process are named `name` (/proc/self/task/N/comm). */
+static int threads_named(const char *name)
+{
+    DIR *dir = opendir("/proc/self/task");
+    cr_assert_not_null(dir);
+    int n = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] == '.')
+            continue;
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", entry->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* the thread exited meanwhile */
+        if (fgets(comm, sizeof comm, f) != NULL) {
+            comm[strcspn(comm, "\n")] = '\0';
+            n += strcmp(comm, name) == 0;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return n;
+}
+
 static atomic_int polls;
 static atomic_int drops;
 static struct event polled = EVENT_INIT;
@@ -243,6 +268,19 @@ Test(runtime, runtime_free_leaves_no_worker_thread_behind)
     cr_assert_eq(rt_block_on(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(thread_count(), before, "threads outlived rt_runtime_free");
+}
+
+Test(runtime, worker_and_reactor_threads_carry_names_for_top_perf_and_gdb)
+{
+    rt_runtime *rt = new_runtime(3);
+    cr_assert_eq(threads_named("asyncrt-w0"), 1);
+    cr_assert_eq(threads_named("asyncrt-w1"), 1);
+    cr_assert_eq(threads_named("asyncrt-w2"), 1);
+    cr_assert_eq(threads_named("asyncrt-w3"), 0, "three workers, not four");
+    cr_assert_eq(threads_named("asyncrt-reactor"), 1);
+    finish_runtime(rt, 0);
+    cr_assert_eq(threads_named("asyncrt-w0"), 0, "a worker outlived the runtime");
+    cr_assert_eq(threads_named("asyncrt-reactor"), 0, "the reactor outlived the runtime");
 }
 
 Test(runtime, runtime_free_without_shutdown_cancels_the_unfinished_tasks)

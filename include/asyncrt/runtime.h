@@ -63,7 +63,10 @@ typedef struct rt_config {
 /* Fills *cfg with the defaults above. Any thread. */
 void rt_config_init(rt_config *cfg);
 
-/* Creates a runtime and starts its worker threads.
+/* Creates a runtime and starts its worker threads and its reactor thread.
+ * The threads are named for top, perf and gdb: "asyncrt-w0", "asyncrt-w1",
+ * ... for workers, "asyncrt-reactor", and "asyncrt-block" for the blocking
+ * pool's threads.
  * cfg: read during the call only; NULL means the defaults. *out receives the
  * runtime, owned by the caller until rt_runtime_free.
  * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0,
