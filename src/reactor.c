@@ -38,18 +38,20 @@
 /* data.ptr of the eventfd's registration: never a valid rt_io. */
 static char wakefd_marker;
 
-uint64_t rt__reactor_deadline_ms(const rt__reactor *r, int64_t deadline_ns)
+uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns)
 {
     int64_t rel = deadline_ns - r->epoch_ns;
     if (rel <= 0)
         return 0;
-    return ((uint64_t)rel + 999999) / 1000000;
+    return ((uint64_t)rel + RT__TIMER_TICK_NS - 1) / RT__TIMER_TICK_NS;
 }
 
-static uint64_t reactor_now_ms(const rt__reactor *r)
+/* Rounded down: the wheel's time never runs ahead of the clock, so a timer
+ * fired at tick k (deadline rounded up to k) fires at or after its deadline. */
+static uint64_t reactor_now_tick(const rt__reactor *r)
 {
     int64_t rel = rt_now_ns() - r->epoch_ns;
-    return rel <= 0 ? 0 : (uint64_t)rel / 1000000;
+    return rel <= 0 ? 0 : (uint64_t)rel / RT__TIMER_TICK_NS;
 }
 
 /* ---- Wakes ---------------------------------------------------------------- */
@@ -76,11 +78,11 @@ void rt__wake_batch_flush(rt__wake_batch *b)
 
 /* ---- Commands from other threads ---------------------------------------- */
 
-void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms)
+void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
 {
     /* The caller's queue push was a full barrier (the enqueue's exchange):
      * this load cannot see a sleep published before it that missed the push. */
-    if (deadline_ms >= rt__load_seq_cst_u64(&r->sleeping_until_ms))
+    if (deadline_tick >= rt__load_seq_cst_u64(&r->sleeping_until_tick))
         return;
     if (rt__fas_u32(&r->kick_pending, 1) != 0)
         return; /* a kick is already on its way */
@@ -109,9 +111,9 @@ void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, int64_t slack_ns)
          * a later state change does not queue the timer twice. */
         if (w->timer_batch_len == 0) {
             w->timer_batch_since = rt_now_ns();
-            w->timer_batch_min_ms = t->deadline_ms;
-        } else if (t->deadline_ms < w->timer_batch_min_ms) {
-            w->timer_batch_min_ms = t->deadline_ms;
+            w->timer_batch_min_tick = t->deadline_tick;
+        } else if (t->deadline_tick < w->timer_batch_min_tick) {
+            w->timer_batch_min_tick = t->deadline_tick;
         }
         w->timer_batch[w->timer_batch_len++] = t;
         if (slack_ns < RT__TIMER_BATCH_SLACK_NS || w->timer_batch_len == RT__TIMER_BATCH)
@@ -119,7 +121,7 @@ void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, int64_t slack_ns)
         return;
     }
     cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
-    rt__reactor_kick_before(r, t->deadline_ms);
+    rt__reactor_kick_before(r, t->deadline_tick);
 }
 
 void rt__timer_batch_flush(rt__worker *w)
@@ -139,7 +141,7 @@ void rt__timer_batch_flush(rt__worker *w)
     for (unsigned i = 0; i < n; i++)
         cds_wfcq_enqueue(&head, &tail, &w->timer_batch[i]->node);
     __cds_wfcq_splice_blocking(&r->cmd_head, &r->cmd_tail, &head, &tail);
-    rt__reactor_kick_before(r, w->timer_batch_min_ms);
+    rt__reactor_kick_before(r, w->timer_batch_min_tick);
 }
 
 void rt__reactor_release_io(rt__reactor *r, rt_io *io)
@@ -183,7 +185,7 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts)
 {
     uint64_t next = rt__timer_wheel_next_deadline(&r->wheel);
     /* Publish, then re-check the queue: pairs with rt__reactor_kick_before. */
-    rt__store_seq_cst_u64(&r->sleeping_until_ms, next);
+    rt__store_seq_cst_u64(&r->sleeping_until_tick, next);
     if (!cds_wfcq_empty(&r->cmd_head, &r->cmd_tail)) {
         ts->tv_sec = 0;
         ts->tv_nsec = 0;
@@ -191,7 +193,7 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts)
     }
     if (next == UINT64_MAX)
         return false; /* nothing to wait for but events */
-    int64_t wake_ns = r->epoch_ns + (int64_t)(next * 1000000);
+    int64_t wake_ns = r->epoch_ns + (int64_t)(next * RT__TIMER_TICK_NS);
     int64_t left = wake_ns - rt_now_ns();
     if (left < 0)
         left = 0;
@@ -236,7 +238,7 @@ static void *reactor_main(void *arg)
     for (;;) {
         free_released(r);
         take_commands(r);
-        rt__timer_wheel_advance(&r->wheel, reactor_now_ms(r), rt__timer_fire, batch);
+        rt__timer_wheel_advance(&r->wheel, reactor_now_tick(r), rt__timer_fire, batch);
         rt__wake_batch_flush(batch);
         if (rt__load_acquire_u32(&r->stopping))
             break;
@@ -244,7 +246,7 @@ static void *reactor_main(void *arg)
         struct timespec ts;
         bool bounded = sleep_spec(r, &ts);
         int n = reactor_wait(r, events, bounded ? &ts : NULL);
-        rt__store_seq_cst_u64(&r->sleeping_until_ms, 0);
+        rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */
         for (int i = 0; i < n; i++) {
@@ -280,7 +282,7 @@ int rt__reactor_start(rt_runtime *rt)
     memset(r, 0, sizeof(*r));
     r->epfd = r->wakefd = -1;
     r->epoch_ns = rt_now_ns();
-    r->sleeping_until_ms = 0;
+    r->sleeping_until_tick = 0;
     rt__timer_wheel_init(&r->wheel, 0);
     __cds_wfcq_init(&r->cmd_head, &r->cmd_tail);
     int err = -pthread_mutex_init(&r->release_lock, NULL);
@@ -342,7 +344,7 @@ void rt__reactor_stop(rt_runtime *rt)
     rt__reactor *r = &rt->reactor;
     if (r->running) {
         rt__store_release_u32(&r->stopping, 1);
-        rt__store_seq_cst_u64(&r->sleeping_until_ms, UINT64_MAX);
+        rt__store_seq_cst_u64(&r->sleeping_until_tick, UINT64_MAX);
         rt__store_release_u32(&r->kick_pending, 0);
         rt__reactor_kick_before(r, 0);
         pthread_join(r->thread, NULL);

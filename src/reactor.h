@@ -31,7 +31,7 @@ typedef struct rt__reactor {
     int wakefd;            /* eventfd: a write wakes the reactor */
     pthread_t thread;      /* the reactor thread */
     bool running;          /* the thread was started and not joined yet */
-    int64_t epoch_ns;      /* rt_now_ns() at start: time 0 of the wheel */
+    int64_t epoch_ns;      /* rt_now_ns() at start: tick 0 of the wheel */
     rt__timer_wheel wheel; /* reactor thread only */
 
     /* Timers armed or cancelled by other threads (MPSC; the reactor is the
@@ -39,10 +39,10 @@ typedef struct rt__reactor {
     RT_ALIGNED_CACHELINE struct __cds_wfcq_head cmd_head;
     struct cds_wfcq_tail cmd_tail;
 
-    /* The wheel time (ms) the reactor sleeps until, UINT64_MAX for no
+    /* The wheel time (ticks) the reactor sleeps until, UINT64_MAX for no
      * timeout, 0 while it is awake and will look at the commands anyway.
      * A thread that arms an earlier timer kicks it (see timer.c). */
-    RT_ALIGNED_CACHELINE uint64_t sleeping_until_ms;
+    RT_ALIGNED_CACHELINE uint64_t sleeping_until_tick;
     /* 1 while an eventfd write is pending: kicks are not repeated. */
     uint32_t kick_pending;
     /* Set by rt__reactor_stop. */
@@ -60,8 +60,8 @@ int rt__reactor_start(rt_runtime *rt);
  * registrations, closes its descriptors. */
 void rt__reactor_stop(rt_runtime *rt);
 
-/* Wakes the reactor if it sleeps past `deadline_ms` (wheel time). */
-void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ms);
+/* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
+void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
 /* Queues a timer command (see timer.c). `slack_ns`: how long before the
  * timer is due (INT64_MAX: a cancellation, never urgent). On a worker of the
  * reactor's runtime, a command with at least RT__TIMER_BATCH_SLACK_NS of
@@ -86,9 +86,12 @@ void rt__timer_batch_flush(struct rt__worker *w);
 /* Hands a closed descriptor's registration over for freeing. */
 void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
 
-/* Wheel time (ms) of an absolute rt_now_ns() deadline, rounded up so a timer
- * never fires before it. */
-uint64_t rt__reactor_deadline_ms(const rt__reactor *r, int64_t deadline_ns);
+/* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). */
+#define RT__TIMER_TICK_NS 250000
+
+/* Wheel time (ticks) of an absolute rt_now_ns() deadline, rounded up so a
+ * timer never fires before it. */
+uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 
 /* Collects wakes made on the reactor thread, flushed once per turn. */
 #define RT__WAKE_BATCH 512

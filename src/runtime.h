@@ -272,10 +272,10 @@ typedef struct rt__worker {
     uint64_t next_id;
     uint64_t id_limit;
     /* Timer commands not yet handed to the reactor (reactor.h), the
-     * earliest deadline among them (wheel ms), and when the first came. */
+     * earliest deadline among them (wheel ticks), and when the first came. */
     struct rt__timer *timer_batch[RT__TIMER_BATCH];
     unsigned timer_batch_len;
-    uint64_t timer_batch_min_ms;
+    uint64_t timer_batch_min_tick;
     int64_t timer_batch_since;
     /* The tasks spawned on this worker (owner only). */
     rt__registry registry;

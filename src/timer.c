@@ -37,7 +37,7 @@ void rt__timer_command(rt__reactor *r, rt__timer *t)
     bool filed = rt__timer_entry_is_filed(&t->entry);
     if (state == RT__TIMER_ARMED && !filed) {
         rt__faa_u32(&t->refs, 1); /* the wheel's reference */
-        rt__timer_wheel_insert(&r->wheel, &t->entry, t->deadline_ms);
+        rt__timer_wheel_insert(&r->wheel, &t->entry, t->deadline_tick);
     } else if (state == RT__TIMER_CANCELLED && filed) {
         rt__timer_wheel_cancel(&r->wheel, &t->entry);
         rt__timer_unref(t); /* the wheel's reference */
@@ -75,7 +75,7 @@ static rt__timer *timer_arm(rt_runtime *rt, int64_t deadline_ns, int *err)
     }
     rt__timer_entry_init(&t->entry);
     t->reactor = &rt->reactor;
-    t->deadline_ms = rt__reactor_deadline_ms(&rt->reactor, deadline_ns);
+    t->deadline_tick = rt__reactor_deadline_tick(&rt->reactor, deadline_ns);
     t->state = RT__TIMER_ARMED;
     t->queued = 0;
     t->refs = 1; /* the future's */

@@ -35,7 +35,7 @@ typedef struct rt__timer {
     rt__timer_entry entry;     /* in the wheel (reactor thread only) */
     struct cds_wfcq_node node; /* in the reactor's command queue */
     rt__reactor *reactor;      /* whose wheel */
-    uint64_t deadline_ms;      /* wheel time */
+    uint64_t deadline_tick;    /* wheel time */
     uint32_t state;            /* ARMED / FIRED / CANCELLED (atomic) */
     uint32_t queued;           /* in the command queue (atomic flag) */
     uint32_t refs;             /* future + queue + wheel (atomic) */

@@ -4,7 +4,43 @@
 
 #include <stddef.h>
 
-#define SLOT_MASK ((uint64_t)RT__TIMER_SLOTS - 1)
+/* ---- Geometry (see timer_wheel.h) ---- */
+
+/* How many ticks one slot of `level` spans, as a power of two. */
+static inline unsigned level_shift(unsigned level)
+{
+    return level == 0 ? 0 : RT__TIMER_LEVEL0_BITS + (level - 1) * RT__TIMER_SLOT_BITS;
+}
+
+static inline unsigned level_slots(unsigned level)
+{
+    return level == 0 ? RT__TIMER_LEVEL0_SLOTS : RT__TIMER_SLOTS;
+}
+
+/* Where the level's slots begin in the wheel's one array of slots. */
+static inline unsigned level_base(unsigned level)
+{
+    return level == 0 ? 0 : RT__TIMER_LEVEL0_SLOTS + (level - 1) * RT__TIMER_SLOTS;
+}
+
+static inline void set_occupied(rt__timer_wheel *wheel, unsigned slot)
+{
+    wheel->occupied[slot / 64] |= (uint64_t)1 << (slot % 64);
+}
+
+static inline void clear_occupied(rt__timer_wheel *wheel, unsigned slot)
+{
+    wheel->occupied[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+}
+
+static bool level_is_empty(const rt__timer_wheel *wheel, unsigned level)
+{
+    const uint64_t *words = &wheel->occupied[level_base(level) / 64];
+    for (unsigned i = 0; i < level_slots(level) / 64; i++)
+        if (words[i] != 0)
+            return false;
+    return true;
+}
 
 /* ---- Circular doubly-linked lists with a head node ---- */
 
@@ -57,59 +93,79 @@ static rt__timer_entry *entry_of(rt__timer_link *link)
 
 /* ---- Where an entry goes ---- */
 
-/* The level for a deadline later than `now`: the 6-bit digit group of the
- * highest bit in which they differ. Or-ing in the slot mask makes level 0 the
- * answer when they differ only within the lowest group (and keeps the argument
- * of clz non-zero). Deadlines that differ above the top group, i.e. outside the
- * current 64^6 ms range, are clamped into the last level. */
+/* The level for a deadline later than `now`: the one whose digit holds the
+ * highest bit in which they differ. Or-ing in level 0's mask makes level 0
+ * the answer when they differ only within its digit (and keeps the argument
+ * of clz non-zero). Deadlines that differ above the top digit, i.e. outside
+ * the wheel's current span, are clamped into the last level. */
 static unsigned level_for(uint64_t now, uint64_t deadline)
 {
-    uint64_t differing = (now ^ deadline) | SLOT_MASK;
+    uint64_t differing = (now ^ deadline) | (RT__TIMER_LEVEL0_SLOTS - 1);
     unsigned highest_bit = 63u - (unsigned)__builtin_clzll(differing);
-    unsigned level = highest_bit / RT__TIMER_SLOT_BITS;
+    if (highest_bit < RT__TIMER_LEVEL0_BITS)
+        return 0;
+    unsigned level = 1 + (highest_bit - RT__TIMER_LEVEL0_BITS) / RT__TIMER_SLOT_BITS;
     return level < RT__TIMER_LEVELS ? level : RT__TIMER_LEVELS - 1;
 }
 
-/* Links an unfiled entry, whose deadline_ms is set, where it belongs relative
+/* Links an unfiled entry, whose deadline is set, where it belongs relative
  * to the wheel's current time. Does not touch the count. */
 static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
 {
-    uint64_t deadline = entry->deadline_ms;
-    if (deadline <= wheel->now_ms) {
+    uint64_t deadline = entry->deadline;
+    if (deadline <= wheel->now) {
         /* No slot is "now": a slot's range begins strictly after the current
          * one, so a due entry waits in its own list for the next advance. */
         list_push_back(&wheel->due, &entry->link);
         entry->where = RT__TIMER_FILED_DUE;
-        if (deadline < wheel->due_min_deadline_ms)
-            wheel->due_min_deadline_ms = deadline;
+        if (deadline < wheel->due_min_deadline)
+            wheel->due_min_deadline = deadline;
         return;
     }
-    unsigned level = level_for(wheel->now_ms, deadline);
-    unsigned slot = (unsigned)((deadline >> (level * RT__TIMER_SLOT_BITS)) & SLOT_MASK);
-    list_push_back(&wheel->slots[level][slot], &entry->link);
-    wheel->occupied[level] |= (uint64_t)1 << slot;
+    unsigned level = level_for(wheel->now, deadline);
+    unsigned slot = level_base(level) +
+                    (unsigned)((deadline >> level_shift(level)) & (level_slots(level) - 1));
+    list_push_back(&wheel->slots[slot], &entry->link);
+    set_occupied(wheel, slot);
     entry->where = RT__TIMER_FILED_IN_WHEEL;
     entry->level = (uint8_t)level;
-    entry->slot = (uint8_t)slot;
+    entry->slot = (uint16_t)slot;
+}
+
+/* The first occupied slot of a non-empty level at or after slot `from`,
+ * going round: its index within the level. */
+static unsigned first_occupied_from(const rt__timer_wheel *wheel, unsigned level, unsigned from)
+{
+    const uint64_t *words = &wheel->occupied[level_base(level) / 64];
+    unsigned nwords = level_slots(level) / 64;
+    unsigned w = from / 64;
+    uint64_t bits = words[w] & (~(uint64_t)0 << (from % 64));
+    /* nwords + 1 words: the first one is seen again at the end, for the
+     * bits below `from` that come last in the round. */
+    for (unsigned i = 0; i <= nwords; i++) {
+        if (bits != 0)
+            return w * 64 + (unsigned)__builtin_ctzll(bits);
+        w = (w + 1) % nwords;
+        bits = words[w];
+    }
+    return from; /* unreachable for a non-empty level */
 }
 
 /* When the next occupied slot of `level` begins: the first beginning of an
  * occupied slot strictly after the beginning of the current slot of that
- * level. For an entry filed by level_for() that is the same 64^(L+1) ms range;
- * rotating the bitmap (as Tokio does) also covers clamped entries at level 5
- * whose slot comes round only in a later turn of the wheel, including the
- * current slot itself, which then means one full turn (64 slots) later.
- * The level must be occupied. */
+ * level. For an entry filed by level_for() that is within the level's
+ * current range; going round (as Tokio rotates its bitmap) also covers
+ * clamped entries at level 5 whose slot comes round only in a later turn of
+ * the wheel, including the current slot itself, which then means one full
+ * turn later. The level must be occupied. */
 static uint64_t level_next_slot_start(const rt__timer_wheel *wheel, unsigned level)
 {
-    unsigned shift = level * RT__TIMER_SLOT_BITS;
-    uint64_t occupied = wheel->occupied[level];
-    unsigned current = (unsigned)((wheel->now_ms >> shift) & SLOT_MASK);
-    /* Bit k of `rotated` is the slot k + 1 slots after the current one. */
-    unsigned first = (current + 1) & (unsigned)SLOT_MASK;
-    uint64_t rotated = first == 0 ? occupied : (occupied >> first) | (occupied << (64 - first));
-    uint64_t slots_ahead = (uint64_t)__builtin_ctzll(rotated) + 1;
-    uint64_t current_slot_start = wheel->now_ms & ~(((uint64_t)1 << shift) - 1);
+    unsigned shift = level_shift(level);
+    unsigned nslots = level_slots(level);
+    unsigned current = (unsigned)((wheel->now >> shift) & (nslots - 1));
+    unsigned next = first_occupied_from(wheel, level, (current + 1) & (nslots - 1));
+    uint64_t slots_ahead = (uint64_t)((next + nslots - current - 1) & (nslots - 1)) + 1;
+    uint64_t current_slot_start = wheel->now & ~(((uint64_t)1 << shift) - 1);
     return current_slot_start + (slots_ahead << shift);
 }
 
@@ -119,7 +175,7 @@ static uint64_t next_slot_start(const rt__timer_wheel *wheel, unsigned *level_ou
 {
     uint64_t earliest = UINT64_MAX;
     for (unsigned level = 0; level < RT__TIMER_LEVELS; level++) {
-        if (wheel->occupied[level] == 0)
+        if (level_is_empty(wheel, level))
             continue;
         uint64_t start = level_next_slot_start(wheel, level);
         if (start < earliest) {
@@ -132,24 +188,23 @@ static uint64_t next_slot_start(const rt__timer_wheel *wheel, unsigned *level_ou
 
 /* ---- API ---- */
 
-void rt__timer_wheel_init(rt__timer_wheel *wheel, uint64_t now_ms)
+void rt__timer_wheel_init(rt__timer_wheel *wheel, uint64_t now)
 {
-    wheel->now_ms = now_ms;
-    for (unsigned level = 0; level < RT__TIMER_LEVELS; level++) {
-        wheel->occupied[level] = 0;
-        for (unsigned slot = 0; slot < RT__TIMER_SLOTS; slot++)
-            list_init(&wheel->slots[level][slot]);
-    }
+    wheel->now = now;
+    for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
+        wheel->occupied[i] = 0;
+    for (unsigned slot = 0; slot < RT__TIMER_ALL_SLOTS; slot++)
+        list_init(&wheel->slots[slot]);
     list_init(&wheel->due);
-    wheel->due_min_deadline_ms = UINT64_MAX;
+    wheel->due_min_deadline = UINT64_MAX;
     wheel->count = 0;
     wheel->slots_processed = 0;
 }
 
-void rt__timer_wheel_insert(rt__timer_wheel *wheel, rt__timer_entry *entry, uint64_t deadline_ms)
+void rt__timer_wheel_insert(rt__timer_wheel *wheel, rt__timer_entry *entry, uint64_t deadline)
 {
     rt__timer_wheel_cancel(wheel, entry);
-    entry->deadline_ms = deadline_ms;
+    entry->deadline = deadline;
     file_entry(wheel, entry);
     wheel->count++;
 }
@@ -161,13 +216,13 @@ bool rt__timer_wheel_cancel(rt__timer_wheel *wheel, rt__timer_entry *entry)
         list_unlink(&entry->link);
         /* The entry may sit in advance()'s private list of the slot being
          * emptied; then the slot's own list decides the bit, which is right. */
-        if (list_is_empty(&wheel->slots[entry->level][entry->slot]))
-            wheel->occupied[entry->level] &= ~((uint64_t)1 << entry->slot);
+        if (list_is_empty(&wheel->slots[entry->slot]))
+            clear_occupied(wheel, entry->slot);
         break;
     case RT__TIMER_FILED_DUE:
         list_unlink(&entry->link);
         if (list_is_empty(&wheel->due))
-            wheel->due_min_deadline_ms = UINT64_MAX;
+            wheel->due_min_deadline = UINT64_MAX;
         break;
     default:
         return false;
@@ -181,7 +236,7 @@ uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel)
 {
     unsigned level;
     uint64_t earliest = next_slot_start(wheel, &level);
-    return wheel->due_min_deadline_ms < earliest ? wheel->due_min_deadline_ms : earliest;
+    return wheel->due_min_deadline < earliest ? wheel->due_min_deadline : earliest;
 }
 
 /* Takes the entries of `pending` one by one (re-reading the head each time, so
@@ -194,7 +249,7 @@ static size_t drain(rt__timer_wheel *wheel, rt__timer_link *pending, rt__timer_f
     while (!list_is_empty(pending)) {
         rt__timer_entry *entry = entry_of(pending->next);
         list_unlink(&entry->link);
-        if (entry->deadline_ms <= wheel->now_ms) {
+        if (entry->deadline <= wheel->now) {
             entry->where = RT__TIMER_NOT_FILED;
             wheel->count--;
             fired++;
@@ -208,42 +263,42 @@ static size_t drain(rt__timer_wheel *wheel, rt__timer_link *pending, rt__timer_f
     return fired;
 }
 
-size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now_ms, rt__timer_fire_fn *fire,
+size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_fire_fn *fire,
                                void *arg)
 {
     size_t fired = 0;
-    if (now_ms < wheel->now_ms)
-        now_ms = wheel->now_ms;
+    if (now < wheel->now)
+        now = wheel->now;
 
     /* The due list first (their deadlines are the oldest). It is moved aside, so
      * that what callbacks file as due now waits for the next advance. Its
      * entries stay marked due, so cancel still finds them in the private list. */
     rt__timer_link pending;
     list_move_all(&wheel->due, &pending);
-    wheel->due_min_deadline_ms = UINT64_MAX;
+    wheel->due_min_deadline = UINT64_MAX;
     fired += drain(wheel, &pending, fire, arg);
 
-    /* Then every occupied slot whose range begins by now_ms, in time order: set
+    /* Then every occupied slot whose range begins by `now`, in time order: set
      * the time to the slot's beginning and empty the slot. Entries filed again
      * land in slots that begin later; the loop finds them on its next turn. */
     for (;;) {
         unsigned level = 0;
         uint64_t slot_start = next_slot_start(wheel, &level);
-        if (slot_start > now_ms)
+        if (slot_start > now)
             break;
-        wheel->now_ms = slot_start;
-        unsigned shift = level * RT__TIMER_SLOT_BITS;
-        unsigned slot = (unsigned)((slot_start >> shift) & SLOT_MASK);
+        wheel->now = slot_start;
+        unsigned slot = level_base(level) + (unsigned)((slot_start >> level_shift(level)) &
+                                                       (level_slots(level) - 1));
         /* Clear the bit before the callbacks run: entries filed into this same
          * slot from now on (clamped ones) are for the next turn of the wheel. */
-        list_move_all(&wheel->slots[level][slot], &pending);
-        wheel->occupied[level] &= ~((uint64_t)1 << slot);
+        list_move_all(&wheel->slots[slot], &pending);
+        clear_occupied(wheel, slot);
         wheel->slots_processed++;
         fired += drain(wheel, &pending, fire, arg);
     }
 
-    /* No occupied slot begins in (wheel->now_ms, now_ms], so every entry still
-     * lies in a slot ahead of now_ms as well: the jump keeps the invariant. */
-    wheel->now_ms = now_ms;
+    /* No occupied slot begins in (wheel->now, now], so every entry still lies
+     * in a slot ahead of `now` as well: the jump keeps the invariant. */
+    wheel->now = now;
     return fired;
 }

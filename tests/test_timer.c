@@ -264,8 +264,8 @@ Test(timer, drop_functions_accept_zero_initialised_structs)
 
 /* ---- sleeps: never early, not absurdly late --------------------------------- */
 
-/* Durations that are not whole milliseconds, so any rounding down to the
- * wheel's 1 ms slots shows up as an early completion. */
+/* Durations that are not whole milliseconds nor whole 250 us ticks, so any
+ * rounding down to the wheel's slots shows up as an early completion. */
 static const int64_t odd_durations[] = {
     1,         /* 1 ns */
     300000,    /* 0.3 ms */
@@ -275,9 +275,9 @@ static const int64_t odd_durations[] = {
     4999999,   /* 5 ms - 1 ns */
     7300001,   /* 7.3 ms + 1 ns */
     12345678,  /* 12.3 ms */
-    33 * MS,   /* 33 ms: above the first wheel level (64 ms) it cascades */
-    70 * MS,   /* 70 ms: crosses into the second level */
-    129500000, /* 129.5 ms */
+    33 * MS,   /* 33 ms */
+    70 * MS,   /* 70 ms */
+    129500000, /* 129.5 ms: beyond the first level (128 ms), it cascades */
 };
 #define ODD_DURATIONS (sizeof odd_durations / sizeof odd_durations[0])
 

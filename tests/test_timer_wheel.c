@@ -1,7 +1,9 @@
-/* The timer wheel (white box). The properties: an entry never fires before its
+/* The timer wheel (white box). The wheel counts abstract ticks (the reactor's
+ * are 125 us); the tests name them as if they were milliseconds, for the
+ * feel of the distances. The properties: an entry never fires before its
  * deadline, fires exactly once, and fires in the advance whose time first
- * reaches its deadline (never late, never missed), however time moves: by 1 ms,
- * by minutes, by years; a cancelled entry never fires; next_deadline() is never
+ * reaches its deadline (never late, never missed), however time moves: by 1 tick,
+ * by minutes, by years and by several turns of the whole wheel; a cancelled entry never fires; next_deadline() is never
  * later than the earliest pending deadline; a callback may re-insert, cancel or
  * free entries; and a jump of years costs a handful of slot visits. */
 #include <criterion/criterion.h>
@@ -15,7 +17,6 @@
 #include "timer_wheel.h"
 
 #define MS_PER_DAY (24ull * 3600 * 1000)
-#define MS_PER_YEAR (365ull * MS_PER_DAY)
 
 struct timer {
     rt__timer_entry entry; /* what the wheel links */
@@ -66,7 +67,7 @@ static void check_and_count(rt__timer_entry *entry, void *arg)
 {
     struct window *w = arg;
     struct timer *t = timer_of(entry);
-    uint64_t deadline = entry->deadline_ms;
+    uint64_t deadline = entry->deadline;
     cr_assert_not(rt__timer_entry_is_filed(entry), "fired while still filed");
     cr_assert_eq(t->fired, 0, "timer with deadline %llu fired twice", (unsigned long long)deadline);
     cr_assert_not(t->cancelled, "cancelled timer (deadline %llu) fired",
@@ -122,8 +123,8 @@ static void check_next_deadline(const rt__timer_wheel *wheel, const struct timer
         if (!t->inserted || t->fired || t->cancelled)
             continue;
         pending++;
-        if (t->entry.deadline_ms < earliest)
-            earliest = t->entry.deadline_ms;
+        if (t->entry.deadline < earliest)
+            earliest = t->entry.deadline;
     }
     cr_assert_eq(rt__timer_wheel_count(wheel), pending, "count() %zu, brute force %zu",
                  rt__timer_wheel_count(wheel), pending);
@@ -137,7 +138,7 @@ static void check_next_deadline(const rt__timer_wheel *wheel, const struct timer
                   (unsigned long long)next, (unsigned long long)earliest);
     cr_assert_gt(next, now, "next_deadline %llu not after the time %llu right after an advance",
                  (unsigned long long)next, (unsigned long long)now);
-    if (earliest >> RT__TIMER_SLOT_BITS == now >> RT__TIMER_SLOT_BITS)
+    if (earliest >> RT__TIMER_LEVEL0_BITS == now >> RT__TIMER_LEVEL0_BITS)
         cr_assert_eq(next, earliest, "level 0: next_deadline %llu, earliest %llu",
                      (unsigned long long)next, (unsigned long long)earliest);
 }
@@ -182,7 +183,7 @@ static void run_random(uint64_t seed, uint64_t start, bool cancel_half)
                 struct timer *t = &timers[i];
                 if (!t->to_cancel || t->cancelled)
                     continue;
-                if (t->entry.deadline_ms > to && next_random(&state) % 4 != 0)
+                if (t->entry.deadline > to && next_random(&state) % 4 != 0)
                     continue;
                 size_t count = rt__timer_wheel_count(&wheel);
                 cr_assert(rt__timer_wheel_cancel(&wheel, &t->entry),
@@ -209,7 +210,7 @@ static void run_random(uint64_t seed, uint64_t start, bool cancel_half)
     for (size_t i = 0; i < RANDOM_TIMERS; i++) {
         struct timer *t = &timers[i];
         cr_assert_eq(t->fired, t->cancelled ? 0u : 1u, "timer %zu (deadline %llu) fired %u times",
-                     i, (unsigned long long)t->entry.deadline_ms, t->fired);
+                     i, (unsigned long long)t->entry.deadline, t->fired);
         cr_assert_not(rt__timer_entry_is_filed(&t->entry));
     }
     /* Cancelling after firing is a no-op. */
@@ -282,13 +283,13 @@ static void interval_fire(rt__timer_entry *entry, void *arg)
     check_and_count(entry, &iv->window);
     iv->timer.fired = 0; /* check_and_count's once-only check is per insertion */
     iv->periods++;
-    cr_assert_eq(entry->deadline_ms, iv->first_deadline + 7ull * (iv->periods - 1),
+    cr_assert_eq(entry->deadline, iv->first_deadline + 7ull * (iv->periods - 1),
                  "period %u fired with deadline %llu", iv->periods,
-                 (unsigned long long)entry->deadline_ms);
-    cr_assert_eq(rt__timer_wheel_now(iv->window.wheel), entry->deadline_ms,
+                 (unsigned long long)entry->deadline);
+    cr_assert_eq(rt__timer_wheel_now(iv->window.wheel), entry->deadline,
                  "the wheel's time in the callback is not the deadline");
     if (iv->periods < 1000)
-        insert_timer(iv->window.wheel, &iv->timer, entry->deadline_ms + 7);
+        insert_timer(iv->window.wheel, &iv->timer, entry->deadline + 7);
 }
 
 Test(timer_wheel, interval_reinserted_from_the_callback_fires_1000_times_on_time)
@@ -317,29 +318,29 @@ Test(timer_wheel, interval_reinserted_from_the_callback_fires_1000_times_on_time
     cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
 }
 
-/* Far deadlines: one 2 years out (inside the wheel's span), one 5 years out
- * (clamped into the last level and re-filed each time its slot comes round). A
- * single advance past both fires each once and visits a handful of slots, where
- * stepping through the milliseconds would take 10^11 iterations. */
+/* Far deadlines: one half the wheel's span out (inside it), one two spans
+ * out (clamped into the last level and re-filed each time its slot comes
+ * round). A single advance past both fires each once and visits a handful of
+ * slots, where stepping through the ticks would take 10^12 iterations. */
 Test(timer_wheel, jumps_of_years_fire_once_and_visit_few_slots)
 {
     static rt__timer_wheel wheel;
     uint64_t start = 5555555555ull;
     rt__timer_wheel_init(&wheel, start);
     struct timer two = {0}, five = {0};
-    insert_timer(&wheel, &two, start + 2 * MS_PER_YEAR);
-    insert_timer(&wheel, &five, start + 5 * MS_PER_YEAR + 12345);
-    cr_assert_leq(rt__timer_wheel_next_deadline(&wheel), two.entry.deadline_ms);
+    insert_timer(&wheel, &two, start + RT__TIMER_WHEEL_SPAN / 2);
+    insert_timer(&wheel, &five, start + 2 * RT__TIMER_WHEEL_SPAN + 12345);
+    cr_assert_leq(rt__timer_wheel_next_deadline(&wheel), two.entry.deadline);
 
     struct window w = {.wheel = &wheel};
     clock_t began = clock();
-    cr_assert_eq(advance_to(&wheel, &w, start + 6 * MS_PER_YEAR), 2);
+    cr_assert_eq(advance_to(&wheel, &w, start + 3 * RT__TIMER_WHEEL_SPAN), 2);
     double seconds = (double)(clock() - began) / CLOCKS_PER_SEC;
     cr_assert_eq(two.fired, 1);
     cr_assert_eq(five.fired, 1);
     cr_assert_lt(wheel.slots_processed, 100, "%llu slot visits for two timers",
                  (unsigned long long)wheel.slots_processed);
-    cr_assert_lt(seconds, 0.5, "a jump of 6 years took %.3f s", seconds);
+    cr_assert_lt(seconds, 0.5, "a jump of three spans took %.3f s", seconds);
     cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
 }
@@ -358,20 +359,20 @@ Test(timer_wheel, far_timers_approached_in_steps_fire_exactly_when_reached)
     cr_assert_eq(wheel.slots_processed, 0);
 
     struct timer two = {0}, five = {0};
-    insert_timer(&wheel, &two, rt__timer_wheel_now(&wheel) + 2 * MS_PER_YEAR);
-    insert_timer(&wheel, &five, rt__timer_wheel_now(&wheel) + 5 * MS_PER_YEAR + 999);
-    uint64_t step = 29 * MS_PER_DAY + 12345;
+    insert_timer(&wheel, &two, rt__timer_wheel_now(&wheel) + RT__TIMER_WHEEL_SPAN / 2);
+    insert_timer(&wheel, &five, rt__timer_wheel_now(&wheel) + 2 * RT__TIMER_WHEEL_SPAN + 999);
+    uint64_t step = RT__TIMER_WHEEL_SPAN / 150 + 12345;
     while (!five.fired) {
         uint64_t now = rt__timer_wheel_now(&wheel);
-        uint64_t next_deadline = two.fired ? five.entry.deadline_ms : two.entry.deadline_ms;
+        uint64_t next_deadline = two.fired ? five.entry.deadline : two.entry.deadline;
         uint64_t to = now + step;
         /* Land 1 ms short of each deadline, then exactly on it. */
         if (to >= next_deadline)
             to = now + 1 < next_deadline ? next_deadline - 1 : next_deadline;
         advance_to(&wheel, &w, to);
         cr_assert_leq(rt__timer_wheel_next_deadline(&wheel),
-                      two.fired ? (five.fired ? UINT64_MAX : five.entry.deadline_ms)
-                                : two.entry.deadline_ms);
+                      two.fired ? (five.fired ? UINT64_MAX : five.entry.deadline)
+                                : two.entry.deadline);
     }
     cr_assert_eq(two.fired, 1);
     cr_assert_eq(five.fired, 1);
@@ -382,24 +383,51 @@ Test(timer_wheel, far_timers_approached_in_steps_fire_exactly_when_reached)
 Test(timer_wheel, next_deadline_is_exact_at_level_0_and_a_lower_bound_above)
 {
     static rt__timer_wheel wheel;
-    rt__timer_wheel_init(&wheel, 1000); /* 1000 = 15 * 64 + 40 */
+    rt__timer_wheel_init(&wheel, 1000); /* 1000 = 1 * 512 + 488 */
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
     struct timer near = {0}, far = {0};
-    insert_timer(&wheel, &far, 1200); /* level 1, slot beginning at 1152 */
-    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1152);
+    insert_timer(&wheel, &far, 1600); /* 3 * 512 + 64: level 1, slot beginning at 1536 */
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1536);
     insert_timer(&wheel, &near, 1010); /* level 0 */
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1010);
     cr_assert_eq(rt__timer_wheel_count(&wheel), 2);
 
     struct window w = {.wheel = &wheel};
     cr_assert_eq(advance_to(&wheel, &w, 1010), 1);
-    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1152);
-    cr_assert_eq(advance_to(&wheel, &w, 1152), 0);
-    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1200, "cascaded to level 0: exact");
-    cr_assert_eq(advance_to(&wheel, &w, 1199), 0);
-    cr_assert_eq(advance_to(&wheel, &w, 1200), 1);
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1536);
+    cr_assert_eq(advance_to(&wheel, &w, 1536), 0);
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1600, "cascaded to level 0: exact");
+    cr_assert_eq(advance_to(&wheel, &w, 1599), 0);
+    cr_assert_eq(advance_to(&wheel, &w, 1600), 1);
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
     cr_assert_eq(wheel.slots_processed, 3);
+}
+
+/* The first level has 512 slots: every deadline up to 511 ticks ahead of a
+ * time at the start of a level-0 range goes straight to level 0 and never
+ * cascades, so stepping tick by tick visits each occupied slot exactly once,
+ * and each timer fires in the step that reaches it. */
+Test(timer_wheel, deadlines_within_the_first_level_never_cascade)
+{
+    static rt__timer_wheel wheel;
+    uint64_t start = 512ull * 12345;
+    rt__timer_wheel_init(&wheel, start);
+    static struct timer level0[RT__TIMER_LEVEL0_SLOTS - 1];
+    for (unsigned i = 0; i < RT__TIMER_LEVEL0_SLOTS - 1; i++) {
+        level0[i] = (struct timer){0};
+        insert_timer(&wheel, &level0[i], start + 1 + i);
+        cr_assert_eq(level0[i].entry.level, 0, "deadline +%u filed at level %u", i + 1,
+                     level0[i].entry.level);
+    }
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), start + 1);
+    struct window w = {.wheel = &wheel};
+    for (unsigned i = 0; i < RT__TIMER_LEVEL0_SLOTS - 1; i++) {
+        cr_assert_eq(advance_to(&wheel, &w, start + 1 + i), 1, "step %u", i + 1);
+        cr_assert_eq(level0[i].fired, 1);
+    }
+    cr_assert_eq(wheel.slots_processed, RT__TIMER_LEVEL0_SLOTS - 1, "%llu slot visits",
+                 (unsigned long long)wheel.slots_processed);
+    cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
 }
 
 Test(timer_wheel, deadlines_in_the_past_or_now_fire_at_the_next_advance)
@@ -455,7 +483,8 @@ Test(timer_wheel, cancel_of_an_entry_not_filed_is_a_no_op)
     cr_assert_not(rt__timer_wheel_cancel(&wheel, &zeroed.entry));
     cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
-    cr_assert_eq(wheel.occupied[1], 0, "the emptied slot's bit stayed set");
+    for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
+        cr_assert_eq(wheel.occupied[i], 0, "the emptied slot's bit stayed set (word %u)", i);
 }
 
 Test(timer_wheel, insert_of_a_filed_entry_moves_it)
@@ -466,11 +495,12 @@ Test(timer_wheel, insert_of_a_filed_entry_moves_it)
     insert_timer(&wheel, &t, 100000);
     insert_timer(&wheel, &t, 1500);
     cr_assert_eq(rt__timer_wheel_count(&wheel), 1);
-    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1472, "the slot of 1500 at level 1");
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1024,
+                 "the slot of 1500 at level 1, [1024, 1536)");
     struct window w = {.wheel = &wheel};
     cr_assert_eq(advance_to(&wheel, &w, 200000), 1);
     cr_assert_eq(t.fired, 1);
-    cr_assert_eq(t.entry.deadline_ms, 1500);
+    cr_assert_eq(t.entry.deadline, 1500);
 }
 
 /* The callback cancels the others of its own slot: one still waiting in the
@@ -496,20 +526,21 @@ Test(timer_wheel, callback_may_cancel_entries_of_the_slot_being_emptied)
     static rt__timer_wheel wheel;
     rt__timer_wheel_init(&wheel, 0);
     struct siblings s = {.wheel = &wheel};
-    /* All three in level 1, slot 2 ([128, 192)), in this order: c moves down to
-     * level 0, then a fires (128 is the slot's beginning) and cancels b, still
-     * in the slot's private list, and c, now at level 0. */
-    rt__timer_wheel_insert(&wheel, &s.c.entry, 130);
-    rt__timer_wheel_insert(&wheel, &s.a.entry, 128);
-    rt__timer_wheel_insert(&wheel, &s.b.entry, 128);
-    cr_assert_eq(wheel.occupied[1], 1ull << 2);
-    cr_assert_eq(rt__timer_wheel_advance(&wheel, 1000, cancel_siblings, &s), 1);
+    /* All three in level 1, slot 2 ([1024, 1536)), in this order: c moves
+     * down to level 0, then a fires (1024 is the slot's beginning) and cancels
+     * b, still in the slot's private list, and c, now at level 0. Level 1's
+     * bitmap is word 8, after level 0's eight. */
+    rt__timer_wheel_insert(&wheel, &s.c.entry, 1030);
+    rt__timer_wheel_insert(&wheel, &s.a.entry, 1024);
+    rt__timer_wheel_insert(&wheel, &s.b.entry, 1024);
+    cr_assert_eq(wheel.occupied[8], 1ull << 2);
+    cr_assert_eq(rt__timer_wheel_advance(&wheel, 2000, cancel_siblings, &s), 1);
     cr_assert_eq(s.fired, 1);
     cr_assert_eq(s.cancelled, 2);
     cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
-    for (unsigned level = 0; level < RT__TIMER_LEVELS; level++)
-        cr_assert_eq(wheel.occupied[level], 0, "level %u's bitmap not empty", level);
+    for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
+        cr_assert_eq(wheel.occupied[i], 0, "bitmap word %u not empty", i);
 }
 
 /* The callback frees the structure embedding the entry: the wheel must not
@@ -557,7 +588,7 @@ Test(timer_wheel, reinsert_as_due_from_the_callback_waits_for_the_next_advance, 
     rt__timer_wheel_cancel(&wheel, &t.entry);
     rt__timer_wheel_insert(&wheel, &t.entry, 50);
     cr_assert_eq(rt__timer_wheel_advance(&wheel, 100, rearm_now, &wheel), 1);
-    cr_assert_eq(t.entry.deadline_ms, 50, "re-armed at the wheel's time during the callback");
+    cr_assert_eq(t.entry.deadline, 50, "re-armed at the wheel's time during the callback");
     cr_assert_eq(rt__timer_wheel_advance(&wheel, 100, rearm_now, &wheel), 1);
-    cr_assert_eq(t.entry.deadline_ms, 100);
+    cr_assert_eq(t.entry.deadline, 100);
 }

@@ -1,10 +1,10 @@
 /* asyncrt: time, sleeps, timeouts and intervals.
  *
- * Timers live in a hierarchical timing wheel (6 levels x 64 slots, 1 ms
- * resolution) owned by the runtime's reactor thread, which sleeps until the
- * earliest deadline. A timer never fires early: a sleep of d ns that starts at
- * t completes at some time >= t + d; it is late by the reactor's wake-up
- * latency plus up to 1 ms of rounding.
+ * Timers live in a hierarchical timing wheel (6 levels, 250 us resolution)
+ * owned by the runtime's reactor thread, which sleeps until the earliest
+ * deadline. A timer never fires early: a sleep of d ns that starts at t
+ * completes at some time >= t + d; it is late by the reactor's wake-up
+ * latency plus up to 250 us of rounding.
  *
  * The futures here are "operation" structs the caller embeds in its own state
  * (for a task, the state copied at spawn) and polls with the functions below;
