@@ -123,8 +123,8 @@ static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
         return;
     }
     unsigned level = level_for(wheel->now, deadline);
-    unsigned slot = level_base(level) +
-                    (unsigned)((deadline >> level_shift(level)) & (level_slots(level) - 1));
+    unsigned slot =
+        level_base(level) + (unsigned)((deadline >> level_shift(level)) & (level_slots(level) - 1));
     list_push_back(&wheel->slots[slot], &entry->link);
     set_occupied(wheel, slot);
     entry->where = RT__TIMER_FILED_IN_WHEEL;
@@ -287,8 +287,8 @@ size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_f
         if (slot_start > now)
             break;
         wheel->now = slot_start;
-        unsigned slot = level_base(level) + (unsigned)((slot_start >> level_shift(level)) &
-                                                       (level_slots(level) - 1));
+        unsigned slot = level_base(level) +
+                        (unsigned)((slot_start >> level_shift(level)) & (level_slots(level) - 1));
         /* Clear the bit before the callbacks run: entries filed into this same
          * slot from now on (clamped ones) are for the next turn of the wheel. */
         list_move_all(&wheel->slots[slot], &pending);

@@ -3,9 +3,9 @@
  * feel of the distances. The properties: an entry never fires before its
  * deadline, fires exactly once, and fires in the advance whose time first
  * reaches its deadline (never late, never missed), however time moves: by 1 tick,
- * by minutes, by years and by several turns of the whole wheel; a cancelled entry never fires; next_deadline() is never
- * later than the earliest pending deadline; a callback may re-insert, cancel or
- * free entries; and a jump of years costs a handful of slot visits. */
+ * by minutes, by years and by several turns of the whole wheel; a cancelled entry never fires;
+ * next_deadline() is never later than the earliest pending deadline; a callback may re-insert,
+ * cancel or free entries; and a jump of years costs a handful of slot visits. */
 #include <criterion/criterion.h>
 
 #include <stdbool.h>
