@@ -6,7 +6,7 @@
 
 /* ---- Geometry (see timer_wheel.h) ---- */
 
-/* How many ticks one slot of `level` spans, as a power of two. */
+/* The base-2 logarithm of the ticks one slot of `level` spans. */
 static inline unsigned level_shift(unsigned level)
 {
     return level == 0 ? 0 : RT__TIMER_LEVEL0_BITS + (level - 1) * RT__TIMER_SLOT_BITS;
@@ -128,7 +128,6 @@ static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
     list_push_back(&wheel->slots[slot], &entry->link);
     set_occupied(wheel, slot);
     entry->where = RT__TIMER_FILED_IN_WHEEL;
-    entry->level = (uint8_t)level;
     entry->slot = (uint16_t)slot;
 }
 

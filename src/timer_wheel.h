@@ -122,11 +122,10 @@ typedef struct rt__timer_entry {
     /* RT__TIMER_NOT_FILED, RT__TIMER_FILED_DUE or RT__TIMER_FILED_IN_WHEEL:
      * cancel needs to know which list, if any, the entry is in. */
     uint8_t where;
-    /* The level (0..5) of the slot the entry is in, when it is in the wheel:
-     * cancel clears that level's occupancy bit when the slot empties. */
-    uint8_t level;
-    /* The slot's index in rt__timer_wheel.slots (all levels in one array),
-     * for the same reason. */
+    /* The index in rt__timer_wheel.slots (all levels in one array) of the
+     * slot the entry is in, when it is in the wheel: cancel clears that
+     * slot's occupancy bit when the slot empties. Level 0's slots come
+     * first, so an index below RT__TIMER_LEVEL0_SLOTS means level 0. */
     uint16_t slot;
 } rt__timer_entry;
 
