@@ -58,22 +58,39 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
     return RT_PENDING;
 }
 
-void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick)
+/* Clears `dir` unless the tick moved or (keep_if_hung_up) dir hung up. The
+ * tick and the hang-up bit are read in the CAS that clears: an event the
+ * reactor records after it sets the bit again, and one it recorded before
+ * makes the CAS see the new tick. */
+static void clear_ready(rt_io *io, unsigned dir, uint32_t tick, bool keep_if_hung_up)
 {
     uint64_t s = rt__load_acquire_u64(&io->readiness);
     for (;;) {
         if ((uint32_t)(s >> RT__IO_TICK_SHIFT) != tick)
             return; /* an edge came since: keep it */
+        if (keep_if_hung_up && (s & ((uint64_t)dir << RT__IO_HUP_SHIFT)))
+            return; /* at its end, not empty: the next call returns at once */
         uint64_t bits = dir | (dir << RT__IO_UNKNOWN_SHIFT);
         if (rt__cas_u64(&io->readiness, &s, s & ~bits))
             return;
     }
 }
 
-void rt__io_event(rt_io *io, unsigned dirs, rt_waker *reader, rt_waker *writer)
+void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick)
 {
+    clear_ready(io, dir, tick, false);
+}
+
+void rt__io_clear_after_short(rt_io *io, unsigned dir, uint32_t tick)
+{
+    clear_ready(io, dir, tick, true);
+}
+
+void rt__io_event(rt_io *io, unsigned dirs, unsigned hup_dirs, rt_waker *reader, rt_waker *writer)
+{
+    uint64_t add = dirs | ((uint64_t)hup_dirs << RT__IO_HUP_SHIFT);
     uint64_t s = rt__load_acquire_u64(&io->readiness);
-    while (!rt__cas_u64(&io->readiness, &s, (s | dirs) + RT__IO_TICK_ONE))
+    while (!rt__cas_u64(&io->readiness, &s, (s | add) + RT__IO_TICK_ONE))
         ;
     rt__spin_lock(&io->lock);
     if (dirs & RT__IO_READ) {
@@ -89,13 +106,14 @@ void rt__io_event(rt_io *io, unsigned dirs, rt_waker *reader, rt_waker *writer)
 
 /* ---- Registration ------------------------------------------------------- */
 
-int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, rt_io **out)
+int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_stream, rt_io **out)
 {
     rt_io *io = calloc(1, sizeof(*io));
     if (io == NULL)
         return -ENOMEM;
     io->fd = fd;
     io->is_socket = is_socket;
+    io->is_stream = is_stream;
     io->rt = rt;
     /* Not known to block: the first operation tries its call. */
     io->readiness = (RT__IO_READ | RT__IO_WRITE) << RT__IO_UNKNOWN_SHIFT;
@@ -145,8 +163,15 @@ RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
     if (fdfl >= 0 && !(fdfl & FD_CLOEXEC))
         fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC);
     struct stat st;
-    bool is_socket = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
-    return rt__io_adopt(rt, fd, is_socket, out);
+    bool known = fstat(fd, &st) == 0;
+    bool is_socket = known && S_ISSOCK(st.st_mode);
+    bool is_stream = false;
+    if (is_socket) {
+        int type = 0;
+        socklen_t len = sizeof type;
+        is_stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+    }
+    return rt__io_adopt(rt, fd, is_socket, is_stream, out);
 }
 
 RT_EXPORT int rt_io_fd(const rt_io *io)
@@ -245,6 +270,13 @@ RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, s
             return RT_PENDING;
         ssize_t n = read(io->fd, buf, len);
         if (n >= 0) {
+            /* A short read of a stream emptied its buffer, unless its peer
+             * hung up (io_internal.h, "Short transfers"); 0 is the end of
+             * the stream, which stays. */
+            if (n > 0 && (size_t)n < len && io->is_stream) {
+                RT__DEBUG_YIELD(); /* widens the window before the clear */
+                rt__io_clear_after_short(io, RT__IO_READ, tick);
+            }
             *result = n;
             return RT_READY;
         }
@@ -274,6 +306,11 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
             return RT_PENDING;
         ssize_t n = io_write_once(io, buf, len);
         if (n >= 0) {
+            /* A short write to a stream filled its buffer (io_internal.h). */
+            if ((size_t)n < len && io->is_stream) {
+                RT__DEBUG_YIELD();
+                rt__io_clear_after_short(io, RT__IO_WRITE, tick);
+            }
             *result = n;
             return RT_READY;
         }

@@ -56,10 +56,10 @@ static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
     return fd;
 }
 
-/* Registers fd, closing it if that fails. */
-static int adopt_or_close(rt_runtime *rt, int fd, rt_io **out)
+/* Registers socket fd (SOCK_STREAM or SOCK_DGRAM), closing it if that fails. */
+static int adopt_or_close(rt_runtime *rt, int fd, int type, rt_io **out)
 {
-    int err = rt__io_adopt(rt, fd, true, out);
+    int err = rt__io_adopt(rt, fd, true, type == SOCK_STREAM, out);
     if (err < 0)
         close(fd);
     return err;
@@ -83,7 +83,7 @@ static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t l
         close(fd);
         return err;
     }
-    return adopt_or_close(rt, fd, out);
+    return adopt_or_close(rt, fd, type, out);
 }
 
 RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
@@ -103,7 +103,7 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
         socklen_t sl = sizeof ss;
         int fd = accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            *err = adopt_or_close(listener->rt, fd, conn);
+            *err = adopt_or_close(listener->rt, fd, SOCK_STREAM, conn);
             if (*err == 0 && peer != NULL) {
                 memcpy(peer, &ss, sizeof ss);
                 if (peer_len != NULL)
@@ -176,7 +176,7 @@ RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
             *conn = NULL;
             return RT_READY;
         }
-        int aerr = adopt_or_close(op->limit.sleep.rt, fd, &op->io);
+        int aerr = adopt_or_close(op->limit.sleep.rt, fd, SOCK_STREAM, &op->io);
         if (aerr < 0) {
             *err = aerr;
             *conn = NULL;

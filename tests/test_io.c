@@ -460,6 +460,121 @@ Test(io, eventfd_read_waits_for_a_foreign_write_and_round_trips_values)
     finish_runtime(rt, 0);
 }
 
+/* ---- short reads of messages ----------------------------------------------- */
+
+/* A datagram socket, a SOCK_SEQPACKET socket or a packet-mode pipe returns one
+ * message per read, so a short read there says nothing about what is queued
+ * behind it (and a pipe's read end cannot tell: packet mode is the writer's
+ * O_DIRECT, so no pipe counts as a stream). The task first waits for the reactor's report of
+ * readability (so no edge is still to come), then reads both queued messages with a larger buffer:
+ * a runtime that forgot the readiness after the first short read would wait for an edge that never
+ * comes. */
+struct two_messages_result {
+    ssize_t len[2];
+    char buf[2][64];
+};
+
+struct two_messages {
+    rt_coro co;
+    rt_io *io;
+    int i;
+    struct two_messages_result *r; /* the test's */
+};
+
+static rt_poll two_messages_poll(void *state, rt_context *cx, void **out)
+{
+    struct two_messages *s = state;
+    RT_CORO_BEGIN(&s->co);
+    RT_AWAIT(&s->co, rt_io_readable(s->io, cx));
+    for (s->i = 0; s->i < 2; s->i++) {
+        RT_AWAIT(&s->co,
+                 rt_io_read(s->io, cx, s->r->buf[s->i], sizeof s->r->buf[s->i], &s->r->len[s->i]));
+    }
+    RT_RETURN(&s->co, out, NULL);
+    RT_CORO_END(&s->co, out);
+}
+
+static void read_two_queued_messages(int read_fd, int write_fd, const char *what)
+{
+    rt_runtime *rt = new_runtime(2);
+    cr_assert_eq(write(write_fd, "first", 5), 5, "%s: %s", what, strerror(errno));
+    cr_assert_eq(write(write_fd, "second!", 7), 7, "%s: %s", what, strerror(errno));
+    rt_io *io = NULL;
+    int rc = rt_io_open(rt, read_fd, &io);
+    cr_assert_eq(rc, 0, "%s: rt_io_open: %s", what, rt_strerror(rc));
+    static struct two_messages_result r;
+    memset(&r, 0, sizeof r);
+    struct two_messages s = {.io = io, .r = &r};
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, NULL, &s, &task), 0);
+    rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+    if (rc == -ETIMEDOUT) {
+        rt_task_abort(task);
+        rt_task_wait(task, -1, NULL);
+    }
+    cr_assert_eq(rc, 0, "%s: the second queued message was never read (%s)", what, rt_strerror(rc));
+    cr_assert_eq(r.len[0], 5, "%s: first read %zd", what, r.len[0]);
+    cr_assert_eq(memcmp(r.buf[0], "first", 5), 0, "%s", what);
+    cr_assert_eq(r.len[1], 7, "%s: second read %zd", what, r.len[1]);
+    cr_assert_eq(memcmp(r.buf[1], "second!", 7), 0, "%s", what);
+    cr_assert_eq(rt_io_close(io), 0);
+    close(write_fd);
+    finish_runtime(rt, 0);
+}
+
+Test(io, short_reads_of_datagrams_seqpackets_and_packet_pipes_keep_the_next_message_readable)
+{
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    read_two_queued_messages(sv[0], sv[1], "SOCK_DGRAM");
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    read_two_queued_messages(sv[0], sv[1], "SOCK_SEQPACKET");
+    cr_assert_eq(pipe2(sv, O_DIRECT | O_NONBLOCK | O_CLOEXEC), 0, "pipe2: %s", strerror(errno));
+    read_two_queued_messages(sv[0], sv[1], "packet-mode pipe");
+}
+
+/* The other exception: a stream whose peer wrote and then hung up. The task
+ * waits until the reactor has reported the hang-up (its edge is spent), then
+ * reads the last bytes with a larger buffer, a short read, and reads again:
+ * that read must return the end of the stream at once, with no edge to come. */
+static void read_to_the_end_after_a_hang_up(int how, const char *what)
+{
+    rt_runtime *rt = new_runtime(2);
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    cr_assert_eq(write(sv[1], "first", 5), 5);
+    if (how < 0)
+        close(sv[1]);
+    else
+        cr_assert_eq(shutdown(sv[1], how), 0);
+    rt_io *io = NULL;
+    cr_assert_eq(rt_io_open(rt, sv[0], &io), 0);
+    static struct two_messages_result r;
+    memset(&r, 0, sizeof r);
+    struct two_messages s = {.io = io, .r = &r};
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, NULL, &s, &task), 0);
+    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+    if (rc == -ETIMEDOUT) {
+        rt_task_abort(task);
+        rt_task_wait(task, -1, NULL);
+    }
+    cr_assert_eq(rc, 0, "%s: the read after the last bytes never returned (%s)", what,
+                 rt_strerror(rc));
+    cr_assert_eq(r.len[0], 5, "%s: first read %zd", what, r.len[0]);
+    cr_assert_eq(r.len[1], 0, "%s: second read %zd, not the end of the stream", what, r.len[1]);
+    cr_assert_eq(rt_io_close(io), 0);
+    if (how >= 0)
+        close(sv[1]);
+    finish_runtime(rt, 0);
+}
+
+Test(io, short_read_of_a_stream_whose_peer_hung_up_is_followed_by_the_end_of_the_stream)
+{
+    read_to_the_end_after_a_hang_up(-1, "peer closed");
+    read_to_the_end_after_a_hang_up(SHUT_WR, "peer shut down writing");
+}
+
 /* ---- hand-polled operations with a user waker ---------------------------------- */
 
 Test(io, read_polled_by_hand_from_a_foreign_thread_wakes_a_user_waker)
@@ -663,13 +778,23 @@ static rt_poll all_writer_poll(void *state, rt_context *cx, void **out)
     RT_CORO_END(&s->co, out);
 }
 
-static void run_big_transfer(rt_runtime *rt, size_t pipe_size, size_t chunk)
+/* Through a pipe (buffer_size: its size, 0 for the default) or, with
+ * `stream_socket`, a Unix stream socket pair (buffer_size: the send buffer). */
+static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, bool stream_socket)
 {
     int fds[2];
     rt_io *r, *w;
-    open_pipe(rt, &r, &w, fds);
-    if (pipe_size != 0)
-        (void)fcntl(fds[1], F_SETPIPE_SZ, (int)pipe_size);
+    if (stream_socket) {
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+        int size = (int)buffer_size;
+        cr_assert_eq(setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof size), 0);
+        cr_assert_eq(rt_io_open(rt, fds[0], &r), 0);
+        cr_assert_eq(rt_io_open(rt, fds[1], &w), 0);
+    } else {
+        open_pipe(rt, &r, &w, fds);
+        if (buffer_size != 0)
+            (void)fcntl(fds[1], F_SETPIPE_SZ, (int)buffer_size);
+    }
     unsigned char *data = pattern_buffer(BIG_TOTAL);
 
     struct checking_reader *cr = calloc(1, sizeof *cr);
@@ -700,14 +825,25 @@ static void run_big_transfer(rt_runtime *rt, size_t pipe_size, size_t chunk)
 Test(io, write_all_moves_4_mib_through_a_pipe_and_the_reader_checks_every_byte)
 {
     rt_runtime *rt = new_runtime(2);
-    run_big_transfer(rt, 0, 4096);
+    run_big_transfer(rt, 0, 4096, false);
     finish_runtime(rt, 0);
 }
 
 Test(io, write_all_through_a_one_page_pipe_with_odd_sized_reads_on_one_worker)
 {
     rt_runtime *rt = new_runtime(1);
-    run_big_transfer(rt, 4096, 1031);
+    run_big_transfer(rt, 4096, 1031, false);
+    finish_runtime(rt, 0);
+}
+
+/* On a stream socket short reads and short writes forget the readiness
+ * without an EAGAIN (io_internal.h, "Short transfers"): with a small send
+ * buffer and odd-sized reads most transfers are short on both sides, and the
+ * reader freeing space races the writer's forgetting of it, on two workers. */
+Test(io, write_all_through_a_stream_socket_with_short_reads_and_writes_on_both_sides)
+{
+    rt_runtime *rt = new_runtime(2);
+    run_big_transfer(rt, 4096, 1031, true);
     finish_runtime(rt, 0);
 }
 
@@ -947,6 +1083,8 @@ struct handoff_pair {
     int write_fd;
     bool eventfd;
     long n;
+    size_t chunk; /* bytes the reader asks for per read (at most READ_CHUNK_MAX) */
+    long burst;   /* bytes the writer sends before it waits (1: strict hand-off) */
     rt_io *r;
     rt_task *task;
     pthread_t thread;
@@ -956,32 +1094,43 @@ struct handoff_pair {
     int error;
 };
 
+#define READ_CHUNK_MAX 16
+
 struct byte_reader {
     rt_coro co;
     struct handoff_pair *pair;
     long i;
     ssize_t result;
     uint64_t value;
-    unsigned char byte;
+    size_t want; /* this read's length (kept across its polls) */
+    unsigned char bytes[READ_CHUNK_MAX];
 };
 
-/* Reads n single bytes (or n eventfd counts of 1), checking each, and
- * publishes the count after each. */
+/* Reads n bytes, `chunk` at most per read (or n eventfd counts of 1),
+ * checking each, and publishes the count after each read. */
 static rt_poll byte_reader_poll(void *state, rt_context *cx, void **out)
 {
     struct byte_reader *s = state;
     RT_CORO_BEGIN(&s->co);
-    for (s->i = 0; s->i < s->pair->n; s->i++) {
+    for (s->i = 0; s->i < s->pair->n;) {
         if (s->pair->eventfd) {
             RT_AWAIT(&s->co, rt_io_read(s->pair->r, cx, &s->value, sizeof s->value, &s->result));
             if (s->result != 8 || s->value != 1)
                 RT_RETURN(&s->co, out, (intptr_t)(s->result < 0 ? s->result : -EILSEQ));
+            s->i++;
         } else {
-            RT_AWAIT(&s->co, rt_io_read(s->pair->r, cx, &s->byte, 1, &s->result));
-            if (s->result != 1 || s->byte != pattern((size_t)s->i))
+            s->want = s->pair->chunk;
+            if ((long)s->want > s->pair->n - s->i)
+                s->want = (size_t)(s->pair->n - s->i);
+            RT_AWAIT(&s->co, rt_io_read(s->pair->r, cx, s->bytes, s->want, &s->result));
+            if (s->result <= 0)
                 RT_RETURN(&s->co, out, (intptr_t)(s->result < 0 ? s->result : -EILSEQ));
+            for (ssize_t k = 0; k < s->result; k++)
+                if (s->bytes[k] != pattern((size_t)(s->i + k)))
+                    RT_RETURN(&s->co, out, (intptr_t)-EILSEQ);
+            s->i += s->result;
         }
-        atomic_store_explicit(&s->pair->consumed, s->i + 1, memory_order_release);
+        atomic_store_explicit(&s->pair->consumed, s->i, memory_order_release);
     }
     RT_RETURN(&s->co, out, (intptr_t)s->pair->n);
     RT_CORO_END(&s->co, out);
@@ -995,7 +1144,10 @@ static int64_t now_mono(void)
 }
 
 /* Writes one byte, waits (spinning, yielding the CPU) until the reader task
- * consumed it, writes the next. */
+ * consumed it, writes the next. With bursts of b bytes, writes b bytes with a
+ * yield between them and only then waits until all are consumed: a later
+ * byte of the burst may land while the reader is between its read of an
+ * earlier one and what it does after, and nothing would rescue its edge. */
 static void *handoff_writer_main(void *arg)
 {
     struct handoff_pair *h = arg;
@@ -1014,6 +1166,10 @@ static void *handoff_writer_main(void *arg)
             return NULL;
         }
         int64_t give_up = 0;
+        if ((i + 1) % h->burst != 0 && i + 1 < h->n) {
+            sched_yield();
+            continue;
+        }
         for (unsigned spins = 0; atomic_load_explicit(&h->consumed, memory_order_acquire) < i + 1;
              spins++) {
             if (spins % 256 == 255) {
@@ -1036,8 +1192,13 @@ static void *handoff_writer_main(void *arg)
     return NULL;
 }
 
-static void run_handoffs(unsigned workers, bool use_eventfd, int npairs, long per_pair)
+/* What carries a pair's bytes. */
+enum handoff_via { VIA_PIPE, VIA_EVENTFD, VIA_STREAM_SOCKET };
+
+static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, long per_pair,
+                         size_t chunk, long burst)
 {
+    bool use_eventfd = via == VIA_EVENTFD;
     rt_runtime *rt = new_runtime(workers);
     static struct handoff_pair pairs[MAX_PAIRS];
     int read_fds[MAX_PAIRS];
@@ -1047,6 +1208,9 @@ static void run_handoffs(unsigned workers, bool use_eventfd, int npairs, long pe
         memset(h, 0, sizeof *h);
         h->eventfd = use_eventfd;
         h->n = per_pair;
+        cr_assert(chunk >= 1 && chunk <= READ_CHUNK_MAX && burst >= 1);
+        h->chunk = chunk;
+        h->burst = burst;
         h->lost_at = -1;
         atomic_init(&h->consumed, 0);
         if (use_eventfd) {
@@ -1056,7 +1220,11 @@ static void run_handoffs(unsigned workers, bool use_eventfd, int npairs, long pe
             h->write_fd = efd;
         } else {
             int fds[2];
-            make_pipe(fds);
+            if (via == VIA_PIPE)
+                make_pipe(fds);
+            else
+                cr_assert_eq(
+                    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
             read_fds[p] = fds[0];
             h->write_fd = fds[1];
         }
@@ -1104,22 +1272,33 @@ static void run_handoffs(unsigned workers, bool use_eventfd, int npairs, long pe
 
 Test(io, single_byte_handoffs_from_a_foreign_writer_never_lose_a_wakeup)
 {
-    run_handoffs(2, false, 1, HANDOFFS / 2);
+    run_handoffs(2, VIA_PIPE, 1, HANDOFFS / 2, 1, 1);
 }
 
 Test(io, single_byte_handoffs_on_one_worker_never_lose_a_wakeup)
 {
-    run_handoffs(1, false, 1, HANDOFFS / 4);
+    run_handoffs(1, VIA_PIPE, 1, HANDOFFS / 4, 1, 1);
 }
 
 Test(io, four_concurrent_handoff_pairs_on_four_workers_never_lose_a_wakeup)
 {
-    run_handoffs(4, false, 4, HANDOFFS / 4);
+    run_handoffs(4, VIA_PIPE, 4, HANDOFFS / 4, 1, 1);
 }
 
 Test(io, eventfd_handoffs_from_foreign_writers_never_lose_a_wakeup)
 {
-    run_handoffs(3, true, 3, HANDOFFS / 8);
+    run_handoffs(3, VIA_EVENTFD, 3, HANDOFFS / 8, 8, 1);
+}
+
+/* Short reads: on a stream socket the reader asks for 8 bytes and gets the
+ * one or two in flight, which empties the socket, so rt_io_read forgets the
+ * readiness without waiting for EAGAIN (io_internal.h, "Short transfers").
+ * The writer sends bytes in pairs, so the second of a pair often lands
+ * between the reader's read(2) of the first and that forgetting: only the
+ * tick check keeps its edge, and the writer waits for both. */
+Test(io, short_reads_of_a_stream_socket_racing_a_foreign_writer_never_lose_a_wakeup)
+{
+    run_handoffs(2, VIA_STREAM_SOCKET, 2, HANDOFFS / 4, 8, 2);
 }
 
 /* A foreign writer in a tight loop of tiny writes; the reader must see all. */
