@@ -17,6 +17,7 @@
 #include "reactor.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -249,6 +250,7 @@ static void *reactor_main(void *arg)
         rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */
+        int io_events = 0;
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == &wakefd_marker) {
@@ -259,6 +261,7 @@ static void *reactor_main(void *arg)
                 continue;
             }
             rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */
+            io_events++;
             uint32_t ev = events[i].events;
             unsigned dirs = 0, hup_dirs = 0;
             if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -276,6 +279,17 @@ static void *reactor_main(void *arg)
             rt__wake_batch_add(batch, &writer);
         }
         rt__wake_batch_flush(batch);
+        /* After a batch with descriptor events, give the CPU once to any
+         * thread waiting for it before the next epoll_wait. Under load the
+         * tasks just woken, and their peers, are what produce the next
+         * events: blocking at once would sleep and be woken again for a
+         * handful of them (tcp_echo: 0.12 sleeps per round trip, most of the
+         * reactor's CPU time), while after the yield epoll_wait mostly
+         * finds a bigger batch without sleeping (0.002 per round trip,
+         * reactor CPU 5x lower). On an idle CPU the yield returns at once.
+         * Not after timer-only turns: the wheel's deadlines do not wait. */
+        if (io_events > 0)
+            sched_yield();
     }
     free(batch);
     return NULL;
