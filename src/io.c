@@ -59,9 +59,10 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
 }
 
 /* Clears `dir` unless the tick moved or (keep_if_hung_up) dir hung up. The
- * tick and the hang-up bit are read in the CAS that clears: an event the
- * reactor records after it sets the bit again, and one it recorded before
- * makes the CAS see the new tick. */
+ * tick and the hang-up bit are checked on the value the CAS replaces: an
+ * event the reactor records after the CAS sets the direction again, and one
+ * it recorded before changed the word (tick, hang-up bit), so the CAS either
+ * sees it or fails and looks again. */
 static void clear_ready(rt_io *io, unsigned dir, uint32_t tick, bool keep_if_hung_up)
 {
     uint64_t s = rt__load_acquire_u64(&io->readiness);
