@@ -8,7 +8,11 @@
  * writing are tracked separately: one task may wait to read while another
  * waits to write. Each direction keeps one waker: two tasks reading the same
  * rt_io at once replace each other's waker (one of them may then wait until
- * the next event).
+ * the next event). On a stream socket, a read or write that moved fewer bytes
+ * than asked emptied or filled the kernel's buffer, so the next one in that
+ * direction waits for the reactor's next event without a system call that
+ * would only say EAGAIN; anything that arrives (or frees space) meanwhile is
+ * such an event, and a peer's hang-up keeps the direction ready for good.
  *
  * Results: operations that transfer bytes write a ssize_t result: the byte
  * count (0 from a read means end of stream) or a negative errno (-EBADF, a
