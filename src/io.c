@@ -2,6 +2,7 @@
  * protocol (io_internal.h has its argument), and read/write/close. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -58,19 +59,19 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
     return RT_PENDING;
 }
 
-/* Clears `dir` unless the tick moved or (keep_if_hung_up) dir hung up. The
- * tick and the hang-up bit are checked on the value the CAS replaces: an
- * event the reactor records after the CAS sets the direction again, and one
- * it recorded before changed the word (tick, hang-up bit), so the CAS either
- * sees it or fails and looks again. */
-static void clear_ready(rt_io *io, unsigned dir, uint32_t tick, bool keep_if_hung_up)
+/* Clears `dir` unless the tick moved or (keep_if_sticky) dir is sticky. The
+ * tick and the sticky bit are checked on the value the CAS replaces: an event
+ * the reactor records after the CAS sets the direction again, and one it
+ * recorded before changed the word (tick, sticky bit), so the CAS either sees
+ * it or fails and looks again. */
+static void clear_ready(rt_io *io, unsigned dir, uint32_t tick, bool keep_if_sticky)
 {
     uint64_t s = rt__load_acquire_u64(&io->readiness);
     for (;;) {
         if ((uint32_t)(s >> RT__IO_TICK_SHIFT) != tick)
             return; /* an edge came since: keep it */
-        if (keep_if_hung_up && (s & ((uint64_t)dir << RT__IO_HUP_SHIFT)))
-            return; /* at its end, not empty: the next call returns at once */
+        if (keep_if_sticky && (s & ((uint64_t)dir << RT__IO_STICKY_SHIFT)))
+            return; /* maybe not empty: the next call tries its system call */
         uint64_t bits = dir | (dir << RT__IO_UNKNOWN_SHIFT);
         if (rt__cas_u64(&io->readiness, &s, s & ~bits))
             return;
@@ -87,9 +88,10 @@ void rt__io_clear_after_short(rt_io *io, unsigned dir, uint32_t tick)
     clear_ready(io, dir, tick, true);
 }
 
-void rt__io_event(rt_io *io, unsigned dirs, unsigned hup_dirs, rt_waker *reader, rt_waker *writer)
+void rt__io_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *reader,
+                  rt_waker *writer)
 {
-    uint64_t add = dirs | ((uint64_t)hup_dirs << RT__IO_HUP_SHIFT);
+    uint64_t add = dirs | ((uint64_t)sticky_dirs << RT__IO_STICKY_SHIFT);
     uint64_t s = rt__load_acquire_u64(&io->readiness);
     while (!rt__cas_u64(&io->readiness, &s, (s | add) + RT__IO_TICK_ONE))
         ;
@@ -107,14 +109,14 @@ void rt__io_event(rt_io *io, unsigned dirs, unsigned hup_dirs, rt_waker *reader,
 
 /* ---- Registration ------------------------------------------------------- */
 
-int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_stream, rt_io **out)
+int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **out)
 {
     rt_io *io = calloc(1, sizeof(*io));
     if (io == NULL)
         return -ENOMEM;
     io->fd = fd;
     io->is_socket = is_socket;
-    io->is_stream = is_stream;
+    io->is_tcp = is_tcp;
     io->rt = rt;
     /* Not known to block: the first operation tries its call. */
     io->readiness = (RT__IO_READ | RT__IO_WRITE) << RT__IO_UNKNOWN_SHIFT;
@@ -128,7 +130,10 @@ int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_stream, rt_io *
     }
     /* Registered once, both directions, edge-triggered; HUP and ERR are
      * always reported and wake both directions (reactor.c). */
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = io};
+    /* TCP also reports urgent data (EPOLLPRI): see "Short transfers". */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET |
+                                       (is_tcp ? EPOLLPRI : 0u),
+                             .data.ptr = io};
     /* The reactor gets io through epoll, which TSan cannot see. */
     rt__tsan_release(io);
     if (epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -166,13 +171,15 @@ RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
     struct stat st;
     bool known = fstat(fd, &st) == 0;
     bool is_socket = known && S_ISSOCK(st.st_mode);
-    bool is_stream = false;
+    bool is_tcp = false;
     if (is_socket) {
-        int type = 0;
-        socklen_t len = sizeof type;
-        is_stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+        int type = 0, protocol = 0;
+        socklen_t len = sizeof type, plen = sizeof protocol;
+        is_tcp = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM &&
+                 getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &plen) == 0 &&
+                 protocol == IPPROTO_TCP;
     }
-    return rt__io_adopt(rt, fd, is_socket, is_stream, out);
+    return rt__io_adopt(rt, fd, is_socket, is_tcp, out);
 }
 
 RT_EXPORT int rt_io_fd(const rt_io *io)
@@ -271,10 +278,10 @@ RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, s
             return RT_PENDING;
         ssize_t n = read(io->fd, buf, len);
         if (n >= 0) {
-            /* A short read of a stream emptied its buffer, unless its peer
-             * hung up (io_internal.h, "Short transfers"); 0 is the end of
+            /* A short read of TCP emptied the queue, unless the direction
+             * is sticky (io_internal.h, "Short transfers"); 0 is the end of
              * the stream, which stays. */
-            if (n > 0 && (size_t)n < len && io->is_stream) {
+            if (n > 0 && (size_t)n < len && io->is_tcp) {
                 RT__DEBUG_YIELD(); /* widens the window before the clear */
                 rt__io_clear_after_short(io, RT__IO_READ, tick);
             }
@@ -307,8 +314,8 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
             return RT_PENDING;
         ssize_t n = io_write_once(io, buf, len);
         if (n >= 0) {
-            /* A short write to a stream filled its buffer (io_internal.h). */
-            if ((size_t)n < len && io->is_stream) {
+            /* A short write to TCP filled its buffer (io_internal.h). */
+            if ((size_t)n < len && io->is_tcp) {
                 RT__DEBUG_YIELD();
                 rt__io_clear_after_short(io, RT__IO_WRITE, tick);
             }

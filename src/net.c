@@ -56,10 +56,17 @@ static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
     return fd;
 }
 
-/* Registers socket fd (SOCK_STREAM or SOCK_DGRAM), closing it if that fails. */
-static int adopt_or_close(rt_runtime *rt, int fd, int type, rt_io **out)
+/* Whether a socket of this family and type is TCP (socket(2) with protocol
+ * 0): what io_internal.h's "Short transfers" applies to. */
+static bool is_tcp(int family, int type)
 {
-    int err = rt__io_adopt(rt, fd, true, type == SOCK_STREAM, out);
+    return type == SOCK_STREAM && (family == AF_INET || family == AF_INET6);
+}
+
+/* Registers socket fd, closing it if that fails. */
+static int adopt_or_close(rt_runtime *rt, int fd, bool tcp, rt_io **out)
+{
+    int err = rt__io_adopt(rt, fd, true, tcp, out);
     if (err < 0)
         close(fd);
     return err;
@@ -83,7 +90,7 @@ static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t l
         close(fd);
         return err;
     }
-    return adopt_or_close(rt, fd, type, out);
+    return adopt_or_close(rt, fd, is_tcp(addr->sa_family, type), out);
 }
 
 RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
@@ -103,7 +110,7 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
         socklen_t sl = sizeof ss;
         int fd = accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            *err = adopt_or_close(listener->rt, fd, SOCK_STREAM, conn);
+            *err = adopt_or_close(listener->rt, fd, listener->is_tcp, conn);
             if (*err == 0 && peer != NULL) {
                 memcpy(peer, &ss, sizeof ss);
                 if (peer_len != NULL)
@@ -176,7 +183,8 @@ RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
             *conn = NULL;
             return RT_READY;
         }
-        int aerr = adopt_or_close(op->limit.sleep.rt, fd, SOCK_STREAM, &op->io);
+        int aerr =
+            adopt_or_close(op->limit.sleep.rt, fd, is_tcp(addr->sa_family, SOCK_STREAM), &op->io);
         if (aerr < 0) {
             *err = aerr;
             *conn = NULL;

@@ -263,18 +263,19 @@ static void *reactor_main(void *arg)
             rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */
             io_events++;
             uint32_t ev = events[i].events;
-            unsigned dirs = 0, hup_dirs = 0;
-            if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            unsigned dirs = 0, sticky_dirs = 0;
+            if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 dirs |= RT__IO_READ;
             if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
                 dirs |= RT__IO_WRITE;
-            /* Hang-ups are final (io_internal.h, "Short transfers"). */
-            if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-                hup_dirs |= RT__IO_READ;
+            /* After these a short transfer proves nothing, for good
+             * (io_internal.h, "Short transfers"). */
+            if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                sticky_dirs |= RT__IO_READ;
             if (ev & (EPOLLHUP | EPOLLERR))
-                hup_dirs |= RT__IO_WRITE;
+                sticky_dirs |= RT__IO_WRITE;
             rt_waker reader = rt_waker_noop(), writer = rt_waker_noop();
-            rt__io_event(ptr, dirs, hup_dirs, &reader, &writer);
+            rt__io_event(ptr, dirs, sticky_dirs, &reader, &writer);
             rt__wake_batch_add(batch, &reader);
             rt__wake_batch_add(batch, &writer);
         }

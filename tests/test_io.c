@@ -14,6 +14,7 @@
 #define TEST_WANT_COUNTING_WAKER /* the shared counting user waker */
 #include "support.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -494,17 +497,17 @@ static rt_poll two_messages_poll(void *state, rt_context *cx, void **out)
     RT_CORO_END(&s->co, out);
 }
 
-static void read_two_queued_messages(int read_fd, int write_fd, const char *what)
+/* Opens read_fd in a fresh runtime, and has a task wait for readability
+ * and then read twice with a 64-byte buffer; *r gets both results. Fails the
+ * test when the second read never returns. */
+static void read_twice(int read_fd, const char *what, struct two_messages_result *r)
 {
     rt_runtime *rt = new_runtime(2);
-    cr_assert_eq(write(write_fd, "first", 5), 5, "%s: %s", what, strerror(errno));
-    cr_assert_eq(write(write_fd, "second!", 7), 7, "%s: %s", what, strerror(errno));
     rt_io *io = NULL;
     int rc = rt_io_open(rt, read_fd, &io);
     cr_assert_eq(rc, 0, "%s: rt_io_open: %s", what, rt_strerror(rc));
-    static struct two_messages_result r;
-    memset(&r, 0, sizeof r);
-    struct two_messages s = {.io = io, .r = &r};
+    memset(r, 0, sizeof *r);
+    struct two_messages s = {.io = io, .r = r};
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, two_messages_poll, NULL, &s, &task), 0);
     rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
@@ -512,14 +515,23 @@ static void read_two_queued_messages(int read_fd, int write_fd, const char *what
         rt_task_abort(task);
         rt_task_wait(task, -1, NULL);
     }
-    cr_assert_eq(rc, 0, "%s: the second queued message was never read (%s)", what, rt_strerror(rc));
+    cr_assert_eq(rc, 0, "%s: the second read never returned (%s); the first read %zd bytes", what,
+                 rt_strerror(rc), r->len[0]);
+    cr_assert_eq(rt_io_close(io), 0);
+    finish_runtime(rt, 0);
+}
+
+static void read_two_queued_messages(int read_fd, int write_fd, const char *what)
+{
+    cr_assert_eq(write(write_fd, "first", 5), 5, "%s: %s", what, strerror(errno));
+    cr_assert_eq(write(write_fd, "second!", 7), 7, "%s: %s", what, strerror(errno));
+    static struct two_messages_result r;
+    read_twice(read_fd, what, &r);
     cr_assert_eq(r.len[0], 5, "%s: first read %zd", what, r.len[0]);
     cr_assert_eq(memcmp(r.buf[0], "first", 5), 0, "%s", what);
     cr_assert_eq(r.len[1], 7, "%s: second read %zd", what, r.len[1]);
     cr_assert_eq(memcmp(r.buf[1], "second!", 7), 0, "%s", what);
-    cr_assert_eq(rt_io_close(io), 0);
     close(write_fd);
-    finish_runtime(rt, 0);
 }
 
 Test(io, short_reads_of_datagrams_seqpackets_and_packet_pipes_keep_the_next_message_readable)
@@ -533,46 +545,118 @@ Test(io, short_reads_of_datagrams_seqpackets_and_packet_pipes_keep_the_next_mess
     read_two_queued_messages(sv[0], sv[1], "packet-mode pipe");
 }
 
-/* The other exception: a stream whose peer wrote and then hung up. The task
- * waits until the reactor has reported the hang-up (its edge is spent), then
- * reads the last bytes with a larger buffer, a short read, and reads again:
- * that read must return the end of the stream at once, with no edge to come. */
-static void read_to_the_end_after_a_hang_up(int how, const char *what)
+/* An AF_UNIX stream read stops after the bytes that carried a file
+ * descriptor, with more queued behind them: AF_UNIX streams are not treated
+ * as TCP is (io_internal.h, "Short transfers"). */
+Test(io, a_unix_stream_read_cut_short_by_a_passed_descriptor_keeps_the_rest_readable)
 {
-    rt_runtime *rt = new_runtime(2);
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    int passed = eventfd(0, EFD_CLOEXEC);
+    cr_assert_geq(passed, 0);
+    struct iovec iov = {.iov_base = "first", .iov_len = 5};
+    union {
+        char bytes[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.bytes,
+                       .msg_controllen = sizeof control.bytes};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &passed, sizeof passed);
+    cr_assert_eq(sendmsg(sv[1], &m, 0), 5, "sendmsg: %s", strerror(errno));
+    close(passed); /* the kernel holds it in flight; read(2) discards it */
+    cr_assert_eq(write(sv[1], "second!", 7), 7);
+    static struct two_messages_result r;
+    read_twice(sv[0], "AF_UNIX stream, SCM_RIGHTS then data", &r);
+    cr_assert_eq(r.len[0], 5, "first read %zd", r.len[0]);
+    cr_assert_eq(r.len[1], 7, "second read %zd", r.len[1]);
+    close(sv[1]);
+}
+
+/* A connected TCP pair on 127.0.0.1, both ends non-blocking and close-on-exec
+ * with TCP_NODELAY: fds[0] is the accepted end, fds[1] the connecting one.
+ * On loopback a send is queued at the peer before it returns. */
+static void tcp_pair(int fds[2])
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(l, 0, "socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    cr_assert_eq(bind(l, (struct sockaddr *)&sa, sl), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(listen(l, 1), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+    fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fds[1], 0);
+    cr_assert_eq(connect(fds[1], (struct sockaddr *)&sa, sl), 0, "connect: %s", strerror(errno));
+    fds[0] = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    cr_assert_geq(fds[0], 0, "accept4: %s", strerror(errno));
+    close(l);
+    int one = 1;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), 0);
+    cr_assert_eq(fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK), 0);
+}
+
+/* The other exceptions, on TCP: a peer that wrote and then hung up (the
+ * hang-up's edge is spent by the time the task reads), and urgent data, at
+ * whose mark a TCP read stops with more queued behind it. The task waits
+ * until the reactor has reported the descriptor readable, then reads the
+ * first bytes, a short read, and reads again: that read must return at once,
+ * with no edge to come. */
+static void read_to_the_end_after_a_hang_up(int how, const char *what)
+{
+    int sv[2];
+    tcp_pair(sv);
     cr_assert_eq(write(sv[1], "first", 5), 5);
     if (how < 0)
         close(sv[1]);
     else
         cr_assert_eq(shutdown(sv[1], how), 0);
-    rt_io *io = NULL;
-    cr_assert_eq(rt_io_open(rt, sv[0], &io), 0);
     static struct two_messages_result r;
-    memset(&r, 0, sizeof r);
-    struct two_messages s = {.io = io, .r = &r};
-    rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, NULL, &s, &task), 0);
-    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
-    if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
-        rt_task_wait(task, -1, NULL);
-    }
-    cr_assert_eq(rc, 0, "%s: the read after the last bytes never returned (%s)", what,
-                 rt_strerror(rc));
+    read_twice(sv[0], what, &r);
     cr_assert_eq(r.len[0], 5, "%s: first read %zd", what, r.len[0]);
     cr_assert_eq(r.len[1], 0, "%s: second read %zd, not the end of the stream", what, r.len[1]);
-    cr_assert_eq(rt_io_close(io), 0);
     if (how >= 0)
         close(sv[1]);
-    finish_runtime(rt, 0);
 }
 
-Test(io, short_read_of_a_stream_whose_peer_hung_up_is_followed_by_the_end_of_the_stream)
+Test(io, short_read_of_tcp_whose_peer_hung_up_is_followed_by_the_end_of_the_stream)
 {
     read_to_the_end_after_a_hang_up(-1, "peer closed");
     read_to_the_end_after_a_hang_up(SHUT_WR, "peer shut down writing");
+}
+
+static void read_around_urgent_data(bool inline_urgent, const char *what)
+{
+    int sv[2];
+    tcp_pair(sv);
+    int one = 1;
+    if (inline_urgent)
+        cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_OOBINLINE, &one, sizeof one), 0);
+    cr_assert_eq(write(sv[1], "first", 5), 5);
+    cr_assert_eq(send(sv[1], "!", 1, MSG_OOB), 1, "MSG_OOB: %s", strerror(errno));
+    cr_assert_eq(write(sv[1], "second", 6), 6);
+    static struct two_messages_result r;
+    read_twice(sv[0], what, &r);
+    cr_assert_eq(r.len[0], 5, "%s: first read %zd", what, r.len[0]);
+    cr_assert_eq(memcmp(r.buf[0], "first", 5), 0, "%s", what);
+    /* Out of line the urgent byte is skipped; inline it leads the rest. */
+    const char *rest = inline_urgent ? "!second" : "second";
+    cr_assert_eq(r.len[1], (ssize_t)strlen(rest), "%s: second read %zd", what, r.len[1]);
+    cr_assert_eq(memcmp(r.buf[1], rest, strlen(rest)), 0, "%s", what);
+    close(sv[1]);
+}
+
+Test(io, a_tcp_read_cut_short_at_urgent_data_keeps_the_rest_readable)
+{
+    read_around_urgent_data(false, "urgent byte out of line");
+    read_around_urgent_data(true, "urgent byte inline (SO_OOBINLINE)");
 }
 
 /* ---- hand-polled operations with a user waker ---------------------------------- */
@@ -779,13 +863,13 @@ static rt_poll all_writer_poll(void *state, rt_context *cx, void **out)
 }
 
 /* Through a pipe (buffer_size: its size, 0 for the default) or, with
- * `stream_socket`, a Unix stream socket pair (buffer_size: the send buffer). */
-static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, bool stream_socket)
+ * `over_tcp`, a loopback TCP connection (buffer_size: the send buffer). */
+static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, bool over_tcp)
 {
     int fds[2];
     rt_io *r, *w;
-    if (stream_socket) {
-        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+    if (over_tcp) {
+        tcp_pair(fds);
         int size = (int)buffer_size;
         cr_assert_eq(setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof size), 0);
         cr_assert_eq(rt_io_open(rt, fds[0], &r), 0);
@@ -836,11 +920,12 @@ Test(io, write_all_through_a_one_page_pipe_with_odd_sized_reads_on_one_worker)
     finish_runtime(rt, 0);
 }
 
-/* On a stream socket short reads and short writes forget the readiness
- * without an EAGAIN (io_internal.h, "Short transfers"): with a small send
- * buffer and odd-sized reads most transfers are short on both sides, and the
- * reader freeing space races the writer's forgetting of it, on two workers. */
-Test(io, write_all_through_a_stream_socket_with_short_reads_and_writes_on_both_sides)
+/* On TCP short reads and short writes forget the readiness without an
+ * EAGAIN (io_internal.h, "Short transfers"): with a small send buffer and
+ * odd-sized reads many transfers are short on both sides, and the reader
+ * freeing space races the writer's forgetting of it, on two workers. The
+ * writer's close after the last byte races the reader's last short read. */
+Test(io, write_all_over_tcp_with_short_reads_and_writes_on_both_sides)
 {
     rt_runtime *rt = new_runtime(2);
     run_big_transfer(rt, 4096, 1031, true);
@@ -1193,7 +1278,7 @@ static void *handoff_writer_main(void *arg)
 }
 
 /* What carries a pair's bytes. */
-enum handoff_via { VIA_PIPE, VIA_EVENTFD, VIA_STREAM_SOCKET };
+enum handoff_via { VIA_PIPE, VIA_EVENTFD, VIA_TCP };
 
 static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, long per_pair,
                          size_t chunk, long burst)
@@ -1223,8 +1308,7 @@ static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, lon
             if (via == VIA_PIPE)
                 make_pipe(fds);
             else
-                cr_assert_eq(
-                    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+                tcp_pair(fds);
             read_fds[p] = fds[0];
             h->write_fd = fds[1];
         }
@@ -1290,15 +1374,15 @@ Test(io, eventfd_handoffs_from_foreign_writers_never_lose_a_wakeup)
     run_handoffs(3, VIA_EVENTFD, 3, HANDOFFS / 8, 8, 1);
 }
 
-/* Short reads: on a stream socket the reader asks for 8 bytes and gets the
- * one or two in flight, which empties the socket, so rt_io_read forgets the
+/* Short reads: on TCP the reader asks for 8 bytes and gets the one or two
+ * in flight, which empties the socket, so rt_io_read forgets the
  * readiness without waiting for EAGAIN (io_internal.h, "Short transfers").
  * The writer sends bytes in pairs, so the second of a pair often lands
  * between the reader's read(2) of the first and that forgetting: only the
  * tick check keeps its edge, and the writer waits for both. */
-Test(io, short_reads_of_a_stream_socket_racing_a_foreign_writer_never_lose_a_wakeup)
+Test(io, short_reads_of_tcp_racing_a_foreign_writer_never_lose_a_wakeup)
 {
-    run_handoffs(2, VIA_STREAM_SOCKET, 2, HANDOFFS / 4, 8, 2);
+    run_handoffs(2, VIA_TCP, 2, HANDOFFS / 4, 8, 2);
 }
 
 /* A foreign writer in a tight loop of tiny writes; the reader must see all. */

@@ -8,11 +8,14 @@
  * writing are tracked separately: one task may wait to read while another
  * waits to write. Each direction keeps one waker: two tasks reading the same
  * rt_io at once replace each other's waker (one of them may then wait until
- * the next event). On a stream socket, a read or write that moved fewer bytes
+ * the next event). On a TCP socket, a read or write that moved fewer bytes
  * than asked emptied or filled the kernel's buffer, so the next one in that
  * direction waits for the reactor's next event without a system call that
  * would only say EAGAIN; anything that arrives (or frees space) meanwhile is
- * such an event, and a peer's hang-up keeps the direction ready for good.
+ * such an event. After a hang-up, an error or urgent data every call tries
+ * its system call again. A socket used with kernel TLS (TCP_ULP) is better
+ * read with rt_io_readable and recvmsg(2), whose control messages these
+ * calls do not read.
  *
  * Results: operations that transfer bytes write a ssize_t result: the byte
  * count (0 from a read means end of stream) or a negative errno (-EBADF, a
