@@ -17,8 +17,8 @@
 #include "reactor.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,7 +250,7 @@ static void *reactor_main(void *arg)
         rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */
-        int io_events = 0;
+        bool saw_io = false;
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == &wakefd_marker) {
@@ -261,7 +261,7 @@ static void *reactor_main(void *arg)
                 continue;
             }
             rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */
-            io_events++;
+            saw_io = true;
             uint32_t ev = events[i].events;
             unsigned dirs = 0, sticky_dirs = 0;
             if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -289,7 +289,7 @@ static void *reactor_main(void *arg)
          * finds a bigger batch without sleeping (0.002 per round trip,
          * reactor CPU 5x lower). On an idle CPU the yield returns at once.
          * Not after timer-only turns: the wheel's deadlines do not wait. */
-        if (io_events > 0)
+        if (saw_io)
             sched_yield();
     }
     free(batch);
