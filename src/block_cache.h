@@ -70,8 +70,14 @@ static inline void *rt__block_cache_pop(rt__block_cache *c)
     void *b = c->loaded.head;
     if (b == NULL)
         return rt__block_cache_refill_and_pop(c);
-    c->loaded.head = *(void **)b;
+    void *next = *(void **)b;
+    c->loaded.head = next;
     c->loaded.len--;
+    if (next != NULL) {
+        __builtin_prefetch(next, 1);
+        __builtin_prefetch((char *)next + 64, 1);
+        __builtin_prefetch((char *)next + 127, 1);
+    }
     return b;
 }
 

@@ -93,36 +93,30 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
     (void)n;
 }
 
-void rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, int64_t slack_ns)
+bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, int64_t slack_ns)
 {
     /* A stopped reactor takes no commands: its stop releases what is left
-     * in its wheel, and the future's own reference frees the timer. */
+     * in its wheel, and the caller keeps the reference it offered. */
     if (rt__load_acquire_u32(&r->stopping))
-        return;
-    /* Already queued: the reactor will read the latest state when it gets
-     * there (it clears `queued` before reading the state). */
-    if (rt__fas_u32(&t->queued, 1) != 0)
-        return;
-    rt__faa_u32(&t->refs, 1); /* the queue's reference */
+        return false;
     cds_wfcq_node_init(&t->node);
     rt__tsan_release(&t->node);
     rt__worker *w = rt__worker_current();
     if (w != NULL && &w->rt->reactor == r) {
-        /* In the batch the command counts as queued (`queued` is set), so
-         * a later state change does not queue the timer twice. */
         if (w->timer_batch_len == 0) {
             w->timer_batch_since = rt_now_ns();
-            w->timer_batch_min_tick = t->deadline_tick;
-        } else if (t->deadline_tick < w->timer_batch_min_tick) {
-            w->timer_batch_min_tick = t->deadline_tick;
+            w->timer_batch_min_tick = kick_tick;
+        } else if (kick_tick < w->timer_batch_min_tick) {
+            w->timer_batch_min_tick = kick_tick;
         }
         w->timer_batch[w->timer_batch_len++] = t;
         if (slack_ns < RT__TIMER_BATCH_SLACK_NS || w->timer_batch_len == RT__TIMER_BATCH)
             rt__timer_batch_flush(w);
-        return;
+        return true;
     }
     cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
-    rt__reactor_kick_before(r, t->deadline_tick);
+    rt__reactor_kick_before(r, kick_tick);
+    return true;
 }
 
 void rt__timer_batch_flush(rt__worker *w)
@@ -344,21 +338,6 @@ fail:
     return err;
 }
 
-static void drop_timer_entry(rt__timer_entry *entry, void *arg)
-{
-    (void)arg;
-    rt__timer *t = caa_container_of(entry, rt__timer, entry);
-    /* Whoever still waits (a sleep polled by hand) is woken, so that its
-     * next poll reports -ESHUTDOWN; tasks are all finished by now, so their
-     * wakes do nothing. Then the wheel's reference goes. */
-    rt__spin_lock(&t->lock);
-    rt_waker w = t->waker;
-    t->waker = rt_waker_noop();
-    rt__spin_unlock(&t->lock);
-    rt_waker_wake(&w);
-    rt__timer_unref(t);
-}
-
 void rt__reactor_stop(rt_runtime *rt)
 {
     rt__reactor *r = &rt->reactor;
@@ -373,7 +352,7 @@ void rt__reactor_stop(rt_runtime *rt)
     /* Every future has been dropped by now (shutdown cancelled the tasks),
      * so what is left holds only queue and wheel references. */
     take_commands(r);
-    rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, drop_timer_entry, NULL);
+    rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
     free_released(r);
     if (r->wakefd >= 0)
         close(r->wakefd);

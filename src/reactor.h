@@ -62,12 +62,17 @@ void rt__reactor_stop(rt_runtime *rt);
 
 /* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
 void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
-/* Queues a timer command (see timer.c). `slack_ns`: how long before the
- * timer is due (INT64_MAX: a cancellation, never urgent). On a worker of the
- * reactor's runtime, a command with at least RT__TIMER_BATCH_SLACK_NS of
- * slack joins the worker's batch (see rt__timer_batch_flush); any other is
- * queued at once, with the batch before it. */
-void rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, int64_t slack_ns);
+/* Queues a timer command (timer_internal.h), handing the reactor one
+ * reference to the timer. `kick_tick`: the timer's deadline in wheel ticks,
+ * to wake the reactor if it sleeps past it (UINT64_MAX: never, for a
+ * cancellation). `slack_ns`: how long before the timer is due (INT64_MAX: a
+ * cancellation, never urgent). On a worker of the reactor's runtime, a
+ * command with at least RT__TIMER_BATCH_SLACK_NS of slack joins the worker's
+ * batch (see rt__timer_batch_flush); any other is queued at once, with the
+ * batch before it. Returns false, queuing nothing and keeping the reference
+ * with the caller, once the reactor is stopping. */
+bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick_tick,
+                              int64_t slack_ns);
 
 /* Timer commands a worker collects before handing them to the reactor in
  * one splice: arming a hundred thousand sleeps from two workers otherwise

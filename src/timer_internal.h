@@ -2,19 +2,47 @@
  *
  * Heap-allocated and reference counted, because the future that owns it may
  * be dropped (a task aborted) while the reactor still has the timer filed in
- * its wheel or queued as a command: references are held by the future, by the
- * command queue while queued, and by the wheel while filed.
+ * its wheel or queued as a command.
  *
- * State word:
+ * One cache line. A sleeping task's timer is written by a worker (armed),
+ * then by the reactor (filed, fired), then by a worker again (polled,
+ * dropped), milliseconds apart, so every touch is a cache miss that moves
+ * the line between cores: each line the timer spans costs a miss at every
+ * hand-off. The timer is therefore exactly 64 bytes and placed at a 64-byte
+ * boundary (timer.c, "Memory"), and its lock, its phase and its counted
+ * references share that line.
  *
- *            reactor fires                    future drops
- *   ARMED ─────────────────► FIRED     ARMED ─────────────► CANCELLED
+ * State word: a phase in bits 0-1 and a lock bit.
  *
- * Both are one CAS from ARMED, so a timer either fires (its waker is woken)
- * or is cancelled, never both. The `queued` flag makes a timer sit in the
- * command queue at most once: a thread that changes the state submits the
- * timer; the reactor clears `queued` before it reads the state (both full
- * barriers), so a change made after the reactor looked is submitted again. */
+ *              reactor takes                 reactor fires
+ *              the arm command               (deadline passed)
+ *     QUEUED ─────────────────► FILED ─────────────────────► FIRED
+ *        │                        │
+ *        │ future drops           │ future drops (and queues
+ *        │                        │ a cancel command)
+ *        ▼                        ▼
+ *     CANCELLED ◄─────────────────┘
+ *
+ * LOCKED (bit 2) guards the phase and `waker`: a thread takes it with a CAS
+ * from an unlocked value (the acquire), and releases it with a store of the
+ * new phase without the bit (the release). Every phase change and every
+ * access to `waker` after the timer is published happens under it, so a
+ * timer either fires (its waker is taken and woken) or is cancelled, never
+ * both, and a waker stored by a poll is either taken by the fire or seen
+ * by the poll as replaced too late (the poll then finds FIRED under the
+ * lock). A load-acquire that sees FIRED pairs with the fire's releasing
+ * store, so the poll that returns ready sees everything the reactor did.
+ *
+ * References (`refs`): the future holds one until rt_sleep_drop. The arm
+ * command holds one, which becomes the wheel's when the reactor files the
+ * timer; the wheel's goes when the timer fires, when a cancel command
+ * unfiles it, or when the reactor takes the arm command of a timer already
+ * cancelled. A cancel command holds its own, because the wheel may fire
+ * (and so drop its reference) while the command is still queued.
+ *
+ * The command queue's node is reused: the cancel command is queued only
+ * after the phase left QUEUED, which the reactor changes only after it
+ * dequeued the arm command, so a timer is never in the queue twice. */
 #ifndef RT_SRC_TIMER_INTERNAL_H
 #define RT_SRC_TIMER_INTERNAL_H
 
@@ -26,26 +54,44 @@
 #include <asyncrt/runtime.h>
 
 #include "reactor.h"
-#include "spinlock.h"
 #include "timer_wheel.h"
 
-enum { RT__TIMER_ARMED = 0, RT__TIMER_FIRED = 1, RT__TIMER_CANCELLED = 2 };
+enum {
+    /* Armed by its future; the arm command is queued (or in a worker's
+     * batch), not yet taken by the reactor. */
+    RT__TIMER_QUEUED = 0,
+    /* In the reactor's wheel. */
+    RT__TIMER_FILED = 1,
+    /* Fired: the reactor took its waker and woke it. */
+    RT__TIMER_FIRED = 2,
+    /* Dropped by its future before it fired. */
+    RT__TIMER_CANCELLED = 3,
+    /* The phase bits of the state word. */
+    RT__TIMER_PHASE = 3,
+    /* The lock bit of the state word. */
+    RT__TIMER_LOCKED = 4,
+};
 
 typedef struct rt__timer {
-    rt__timer_entry entry;     /* in the wheel (reactor thread only) */
-    struct cds_wfcq_node node; /* in the reactor's command queue */
-    rt__reactor *reactor;      /* whose wheel */
-    uint64_t deadline_tick;    /* wheel time */
-    uint32_t state;            /* ARMED / FIRED / CANCELLED (atomic) */
-    uint32_t queued;           /* in the command queue (atomic flag) */
-    uint32_t refs;             /* future + queue + wheel (atomic) */
-    rt__spinlock lock;         /* guards `waker` */
-    rt_waker waker;            /* who to wake when it fires */
+    /* The wheel's link (reactor thread only). entry.deadline holds the
+     * deadline in wheel ticks from arming on: the future writes it before
+     * the timer is published, and the reactor files it with that value. */
+    rt__timer_entry entry;
+    /* Its place in the reactor's command queue while a command is queued. */
+    struct cds_wfcq_node node;
+    /* Who to wake when it fires (guarded by RT__TIMER_LOCKED). */
+    rt_waker waker;
+    /* Counted references (atomic): see above. */
+    uint32_t refs;
+    /* Phase and lock bit (atomic): see the diagram above. */
+    uint32_t state;
 } rt__timer;
 
-/* The reactor's side. */
+/* The reactor's side: a command taken from the queue, a timer the wheel
+ * fires (`batch` gathers the wakes), and a timer left in the wheel when the
+ * reactor stops (its waiter is woken, to see -ESHUTDOWN). */
 void rt__timer_command(rt__reactor *r, rt__timer *t);
 void rt__timer_fire(rt__timer_entry *entry, void *batch);
-void rt__timer_unref(rt__timer *t);
+void rt__timer_release_at_stop(rt__timer_entry *entry, void *unused);
 
 #endif

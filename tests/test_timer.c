@@ -1258,6 +1258,134 @@ Test(timer, shutdown_with_1000_pending_sleeps_cancels_each_once_and_leaks_nothin
                      atomic_load(&pending_sleeper_drops[i]));
 }
 
+/* ---- the timer's protocol under races ------------------------------------------------- */
+
+/* Threads poll sleeps by hand while the reactor fires them: drops race the
+ * reactor taking the arm command and firing, and polls that replace the
+ * waker race the fire. timer_internal.h promises: a timer fires or is
+ * cancelled, never both; a waker stored by a poll that returns pending is
+ * the one woken (a poll that loses the race to the fire sees it fired);
+ * every waker reference is given back; nothing is freed while in use. */
+#define RACE_THREADS 3
+#define RACE_ROUNDS 3000
+
+enum race_mode { RACE_DROP_AT_ONCE, RACE_REPOLL_NEAR_FIRE, RACE_WAIT_FOR_WAKE };
+
+struct race_round {
+    struct counting_waker first;  /* given to the first poll */
+    struct counting_waker second; /* given to the re-poll (RACE_REPOLL_NEAR_FIRE) */
+    enum race_mode mode;
+    bool ready_at_once;    /* the first poll found the deadline passed */
+    rt_poll repoll;        /* what the re-poll returned */
+    bool woke_before_deadline;
+};
+
+struct race_thread {
+    rt_runtime *rt;
+    struct race_round *rounds;
+    unsigned seed;
+    bool hung; /* a wake the protocol promises never came */
+};
+
+static void *race_thread_main(void *arg)
+{
+    struct race_thread *th = arg;
+    for (int i = 0; i < RACE_ROUNDS && !th->hung; i++) {
+        struct race_round *r = &th->rounds[i];
+        counting_waker_init(&r->first);
+        counting_waker_init(&r->second);
+        r->mode = (enum race_mode)(i % 3);
+        rt_context first = counting_context(&r->first);
+        rt_context second = counting_context(&r->second);
+        /* 0 to 400 us: around the wheel's 250 us tick, so the reactor files
+         * and fires while this thread is still busy with the sleep. */
+        int64_t duration = (int64_t)(rand_r(&th->seed) % 5) * 100000;
+        rt_sleep s;
+        rt_sleep_init(&s, th->rt, duration);
+        if (rt_sleep_poll(&s, &first, NULL) == RT_READY) {
+            r->ready_at_once = true;
+            rt_sleep_drop(&s);
+            continue;
+        }
+        if (r->mode == RACE_REPOLL_NEAR_FIRE) {
+            /* Spin (not sleep) to a random point near the deadline, to land
+             * the re-poll on either side of the fire. */
+            int64_t until = s.deadline_ns + (int64_t)(rand_r(&th->seed) % 600000) - 200000;
+            while (rt_now_ns() < until) {
+            }
+            r->repoll = rt_sleep_poll(&s, &second, NULL);
+            if (r->repoll == RT_PENDING) {
+                if (!event_wait_for(&r->second.woken, 1))
+                    th->hung = true;
+                else if (rt_sleep_poll(&s, &second, NULL) != RT_READY)
+                    th->hung = true;
+            }
+        } else if (r->mode == RACE_WAIT_FOR_WAKE) {
+            if (!event_wait_for(&r->first.woken, 1) || rt_sleep_poll(&s, &first, NULL) != RT_READY)
+                th->hung = true;
+            r->woke_before_deadline = rt_now_ns() < s.deadline_ns;
+        }
+        rt_sleep_drop(&s);
+    }
+    return NULL;
+}
+
+Test(timer, sleeps_dropped_and_repolled_while_the_reactor_fires_keep_every_promise)
+{
+    rt_runtime *rt = new_runtime(2);
+    struct race_thread threads[RACE_THREADS];
+    pthread_t tids[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++) {
+        threads[t] = (struct race_thread){rt, calloc(RACE_ROUNDS, sizeof(struct race_round)),
+                                          0x7157u + (unsigned)t, false};
+        cr_assert_not_null(threads[t].rounds);
+        cr_assert_eq(pthread_create(&tids[t], NULL, race_thread_main, &threads[t]), 0);
+    }
+    for (int t = 0; t < RACE_THREADS; t++)
+        pthread_join(tids[t], NULL);
+    /* Shutdown joins the reactor: after it, no wake can still be on its way. */
+    finish_runtime(rt, 0);
+
+    long raced = 0, repoll_pending = 0, repoll_ready = 0;
+    for (int t = 0; t < RACE_THREADS; t++) {
+        cr_assert(!threads[t].hung, "thread %d: a sleep was never woken, or not ready after", t);
+        for (int i = 0; i < RACE_ROUNDS; i++) {
+            struct race_round *r = &threads[t].rounds[i];
+            long a = counting_wakes(&r->first), b = counting_wakes(&r->second);
+            cr_assert_eq(counting_outstanding(&r->first), 0, "thread %d round %d: %ld references",
+                         t, i, counting_outstanding(&r->first));
+            cr_assert_eq(counting_outstanding(&r->second), 0, "thread %d round %d: %ld references",
+                         t, i, counting_outstanding(&r->second));
+            cr_assert_leq(a + b, 1, "thread %d round %d: woken %ld + %ld times", t, i, a, b);
+            if (r->ready_at_once)
+                continue;
+            raced++;
+            switch (r->mode) {
+            case RACE_DROP_AT_ONCE:
+                break; /* fired first or cancelled first: either is fine */
+            case RACE_REPOLL_NEAR_FIRE:
+                *(r->repoll == RT_PENDING ? &repoll_pending : &repoll_ready) += 1;
+                if (r->repoll == RT_PENDING)
+                    cr_assert(a == 0 && b == 1,
+                              "thread %d round %d: re-poll pending, yet wakes %ld / %ld", t, i, a,
+                              b);
+                else
+                    cr_assert(a == 1 && atomic_load(&r->second.clones) == 0,
+                              "thread %d round %d: re-poll ready, yet wakes %ld / %ld", t, i, a, b);
+                break;
+            case RACE_WAIT_FOR_WAKE:
+                cr_assert_eq(a, 1, "thread %d round %d: woken %ld times", t, i, a);
+                cr_assert(!r->woke_before_deadline, "thread %d round %d: early", t, i);
+                break;
+            }
+        }
+        free(threads[t].rounds);
+    }
+    cr_log_info("%ld rounds raced the reactor; re-polls: %ld pending, %ld ready", raced,
+                repoll_pending, repoll_ready);
+    cr_assert_gt(raced, RACE_THREADS * RACE_ROUNDS / 2, "only %ld rounds raced the reactor", raced);
+}
+
 /* ---- many concurrent sleeps -------------------------------------------------------------- */
 
 #define MANY_SLEEPERS 100000
