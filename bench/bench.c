@@ -1380,8 +1380,8 @@ static const char USAGE[] =
     "                         (default 60; 0: no limit)\n"
     "  --verbose              per-repetition times and runtime metrics on stderr\n"
     "  --help                 this text\n"
-    "workloads: spawn_local spawn_remote yield_many chained_spawn fork_join timers\n"
-    "           tcp_echo (not written yet: ping_pong)\n";
+    "workloads: spawn_local spawn_remote yield_many ping_pong chained_spawn fork_join\n"
+    "           timers tcp_echo\n";
 
 static _Noreturn void usage_error(const char *fmt, ...)
 {
