@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@
 static rt__deque deque;
 static atomic_uchar taken[ITEMS + 1];
 static atomic_bool owner_done;
+/* Keeps the thieves off while the owner's first burst fills the ring. */
+static atomic_bool thieves_hold;
 static atomic_ulong stolen_total;
 
 /* Items are ids shifted left, like aligned pointers: (void *)1 is the
@@ -46,6 +49,10 @@ static void *thief(void *arg)
     (void)arg;
     unsigned long mine = 0;
     for (;;) {
+        if (atomic_load(&thieves_hold)) {
+            sched_yield();
+            continue;
+        }
         void *item = rt__deque_steal_any(&deque);
         if (item == RT_DEQUE_LOST)
             continue;
@@ -68,17 +75,21 @@ Test(deque, every_item_taken_exactly_once_against_three_thieves, .timeout = 120)
         atomic_store(&taken[i], 0);
     atomic_store(&owner_done, false);
     atomic_store(&stolen_total, 0);
+    atomic_store(&thieves_hold, true);
 
     pthread_t thieves[THIEVES];
     for (int i = 0; i < THIEVES; i++)
         cr_assert_eq(pthread_create(&thieves[i], NULL, thief, NULL), 0);
 
     /* The owner pushes in bursts and takes some back, so the deque keeps
-     * being nearly empty (the last-item race) and sometimes full (spill). */
+     * being nearly empty (the last-item race) and sometimes full (spill).
+     * The first burst overfills the ring while the thieves are held off, so
+     * that at least one spill happens however the threads are scheduled (a
+     * debug-yield run once had the thieves keep the ring from ever filling). */
     unsigned seed = 12345;
     unsigned long spilled = 0, owner_taken = 0;
     for (uintptr_t next = 1; next <= ITEMS;) {
-        unsigned burst = (unsigned)(next_random(&seed) % 600);
+        unsigned burst = next == 1 ? RT_DEQUE_CAPACITY + 1 : (unsigned)(next_random(&seed) % 600);
         for (unsigned i = 0; i < burst && next <= ITEMS; i++) {
             while (!rt__deque_push_owner(&deque, ITEM(next))) {
                 void *out[RT_DEQUE_CAPACITY / 2];
@@ -89,6 +100,7 @@ Test(deque, every_item_taken_exactly_once_against_three_thieves, .timeout = 120)
             }
             next++;
         }
+        atomic_store(&thieves_hold, false);
         unsigned takes = (unsigned)(next_random(&seed) % 400);
         for (unsigned i = 0; i < takes; i++) {
             void *item = rt__deque_take_owner(&deque);

@@ -1275,8 +1275,8 @@ struct race_round {
     struct counting_waker first;  /* given to the first poll */
     struct counting_waker second; /* given to the re-poll (RACE_REPOLL_NEAR_FIRE) */
     enum race_mode mode;
-    bool ready_at_once;    /* the first poll found the deadline passed */
-    rt_poll repoll;        /* what the re-poll returned */
+    bool ready_at_once; /* the first poll found the deadline passed */
+    rt_poll repoll;     /* what the re-poll returned */
     bool woke_before_deadline;
 };
 
