@@ -35,8 +35,20 @@
 #include <sched.h>
 /* Widens race windows in debug builds: placed between the steps of a protocol. */
 #define RT__DEBUG_YIELD() sched_yield()
+/* A named window that a white-box test may stretch far beyond a yield, by
+ * setting rt__debug_window_hook (debug-yield builds only; NULL otherwise):
+ * for races against a whole shutdown, which one yield never spans. */
+extern void (*volatile rt__debug_window_hook)(const char *window);
+#define RT__DEBUG_WINDOW(name)                                                                     \
+    do {                                                                                           \
+        sched_yield();                                                                             \
+        void (*hook_)(const char *) = rt__debug_window_hook;                                       \
+        if (hook_ != NULL)                                                                         \
+            hook_(name);                                                                           \
+    } while (0)
 #else
 #define RT__DEBUG_YIELD() ((void)0)
+#define RT__DEBUG_WINDOW(name) ((void)0)
 #endif
 
 #ifdef RT_TSAN

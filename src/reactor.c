@@ -96,13 +96,28 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
 bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, int64_t slack_ns)
 {
     /* A stopped reactor takes no commands: its stop releases what is left
-     * in its wheel, and the caller keeps the reference it offered. */
-    if (rt__load_acquire_u32(&r->stopping))
+     * in its wheel, and the caller keeps the reference it offered. The
+     * runtime's own workers are joined before the reactor stops, so for them
+     * the flag is enough. Any other thread passes the gate, which
+     * rt__reactor_stop closes and then waits to see empty before its last
+     * take_commands and before it closes the eventfd: without it, a command
+     * enqueued just after that last take would never be taken (its timer
+     * leaked, its waker never woken) and the kick could write to a closed
+     * descriptor. The gate's RMWs are full barriers: a submitter that got in
+     * before the close is waited for; one that comes after sees bit 0. */
+    rt__worker *w = rt__worker_current();
+    bool own_worker = w != NULL && &w->rt->reactor == r;
+    if (own_worker) {
+        if (rt__load_acquire_u32(&r->stopping))
+            return false;
+    } else if (rt__faa_u32(&r->submit_gate, RT__SUBMIT_GATE_ONE) & RT__SUBMIT_GATE_CLOSED) {
+        rt__faa_u32(&r->submit_gate, -RT__SUBMIT_GATE_ONE);
         return false;
+    }
+    RT__DEBUG_WINDOW("timer.submit"); /* the reactor may be stopping right here */
     cds_wfcq_node_init(&t->node);
     rt__tsan_release(&t->node);
-    rt__worker *w = rt__worker_current();
-    if (w != NULL && &w->rt->reactor == r) {
+    if (own_worker) {
         if (w->timer_batch_len == 0) {
             w->timer_batch_since = rt_now_ns();
             w->timer_batch_min_tick = kick_tick;
@@ -116,6 +131,7 @@ bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, 
     }
     cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
     rt__reactor_kick_before(r, kick_tick);
+    rt__faa_u32(&r->submit_gate, -RT__SUBMIT_GATE_ONE);
     return true;
 }
 
@@ -349,8 +365,16 @@ void rt__reactor_stop(rt_runtime *rt)
         pthread_join(r->thread, NULL);
         r->running = false;
     }
-    /* Every future has been dropped by now (shutdown cancelled the tasks),
-     * so what is left holds only queue and wheel references. */
+    /* Close the gate (see rt__reactor_submit_timer) and wait for the
+     * submitters already inside to finish their enqueue and kick: after
+     * that nobody adds a command, and none is half-linked. */
+    rt__store_release_u32(&r->stopping, 1);
+    rt__faa_u32(&r->submit_gate, RT__SUBMIT_GATE_CLOSED);
+    while (rt__load_acquire_u32(&r->submit_gate) != RT__SUBMIT_GATE_CLOSED)
+        sched_yield();
+    /* Tasks' futures have all been dropped by now (shutdown cancelled the
+     * tasks); sleeps polled by hand may still hold their timers, which
+     * rt__timer_release_at_stop leaves to them after waking their wakers. */
     take_commands(r);
     rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
     free_released(r);

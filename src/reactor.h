@@ -26,6 +26,10 @@
 struct rt_io;
 struct rt__timer;
 
+/* The submit gate's closed bit, and one submitter in flight. */
+#define RT__SUBMIT_GATE_CLOSED 1u
+#define RT__SUBMIT_GATE_ONE 2u
+
 typedef struct rt__reactor {
     int epfd;              /* the epoll instance */
     int wakefd;            /* eventfd: a write wakes the reactor */
@@ -47,6 +51,10 @@ typedef struct rt__reactor {
     uint32_t kick_pending;
     /* Set by rt__reactor_stop. */
     uint32_t stopping;
+    /* Threads other than the runtime's workers inside
+     * rt__reactor_submit_timer, RT__SUBMIT_GATE_ONE each, plus
+     * RT__SUBMIT_GATE_CLOSED once rt__reactor_stop has closed it. */
+    uint32_t submit_gate;
 
     /* Registrations of closed descriptors, freed at the top of the next turn
      * (the reactor may hold an event naming one from epoll_wait). */

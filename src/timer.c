@@ -14,6 +14,10 @@
 #include "timer_internal.h"
 #include "waker.h"
 
+#ifdef RT_DEBUG_YIELD
+void (*volatile rt__debug_window_hook)(const char *window);
+#endif
+
 RT_EXPORT int64_t rt_now_ns(void)
 {
     return rt__now_ns();
@@ -30,8 +34,9 @@ RT_EXPORT int64_t rt_now_ns(void)
  * block, so any of them may go to any cache, or to free().
  *
  * malloc aligns blocks to 16 bytes only, so the timer is placed at the first
- * 64-byte boundary strictly after the block's start: 16 to 64 bytes in, and
- * it ends at most 128 bytes in. The word before it holds the block's address
+ * 64-byte boundary strictly after the block's start: at most 64 bytes in (16
+ * to 64 with malloc's alignment; at least 8 is all this needs), so it ends at
+ * most 128 bytes in. The word before it holds the block's address
  * for the free; the block's first word stays free for the cache's link. */
 _Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
 _Static_assert(RT__TASK_SMALL_BLOCK >= 2 * RT_CACHELINE, "a block holds an aligned line");
@@ -106,7 +111,7 @@ void rt__timer_command(rt__reactor *r, rt__timer *t)
      * command overtaken by the drop) can be found here: a timer is fired only
      * once filed, and filed only here. */
     uint32_t phase = timer_lock(t, RT__TIMER_QUEUED);
-    RT__DEBUG_YIELD(); /* the future may drop right here */
+    RT__DEBUG_YIELD(); /* widens the locked section: the future spins */
     if (phase == RT__TIMER_QUEUED) {
         rt__timer_wheel_insert(&r->wheel, &t->entry, t->entry.deadline);
         timer_unlock(t, RT__TIMER_FILED);
@@ -126,11 +131,11 @@ void rt__timer_fire(rt__timer_entry *entry, void *arg)
     if (phase == RT__TIMER_FILED) {
         rt_waker w = t->waker;
         t->waker = rt__waker_noop();
-        RT__DEBUG_YIELD(); /* the future may poll or drop right here */
+        RT__DEBUG_YIELD(); /* widens the locked section: the future spins */
         timer_unlock(t, RT__TIMER_FIRED);
         rt__wake_batch_add(batch, &w);
     } else {
-        timer_unlock(t, phase); /* cancelled; its command is on the way */
+        timer_unlock(t, phase); /* cancelled: its cancel command, if any, finds it unfiled */
     }
     timer_unref(t, 1); /* the wheel's reference */
 }
@@ -229,9 +234,19 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     /* Polled again before it fired: keep the waker current. Under the lock,
      * either the reactor has not fired yet and will take this waker, or it
      * has, and the phase says so. */
+    RT__DEBUG_WINDOW("timer.repoll"); /* the reactor may stop right here */
     uint32_t phase = timer_lock(t, RT__TIMER_FILED);
     if (phase == RT__TIMER_FIRED) {
         timer_unlock(t, phase);
+        return RT_READY;
+    }
+    /* Again under the lock: rt__timer_release_at_stop takes the waker under
+     * it after `stopping` was set, so either it has run (and we see the flag
+     * through the lock's acquire) or it will take the waker we store. */
+    if (rt__load_acquire_u32(&r->stopping)) {
+        timer_unlock(t, phase);
+        if (err != NULL)
+            *err = -ESHUTDOWN;
         return RT_READY;
     }
     rt_waker old = rt__waker_store(&t->waker, rt_context_waker(cx));

@@ -1,6 +1,6 @@
 /* A timer handed from a future to the reactor. Internal, not installed.
  *
- * Heap-allocated and reference counted, because the future that owns it may
+ * Allocated (timer.c, "Memory") and reference counted, because the future that owns it may
  * be dropped (a task aborted) while the reactor still has the timer filed in
  * its wheel or queued as a command.
  *
@@ -28,17 +28,22 @@
  * new phase without the bit (the release). Every phase change and every
  * access to `waker` after the timer is published happens under it, so a
  * timer either fires (its waker is taken and woken) or is cancelled, never
- * both, and a waker stored by a poll is either taken by the fire or seen
- * by the poll as replaced too late (the poll then finds FIRED under the
- * lock). A load-acquire that sees FIRED pairs with the fire's releasing
- * store, so the poll that returns ready sees everything the reactor did.
+ * both. A poll that stores a waker does so under the lock after checking
+ * the phase and the reactor's `stopping` flag there: the fire, or the
+ * reactor's stop (rt__timer_release_at_stop, which wakes the waker it finds
+ * and leaves the phase FILED), either comes later and takes that waker, or
+ * came first and the poll sees FIRED or `stopping` and returns ready. A
+ * load-acquire that sees FIRED pairs with the fire's releasing store, so the
+ * poll that returns ready sees everything the reactor did.
  *
  * References (`refs`): the future holds one until rt_sleep_drop. The arm
- * command holds one, which becomes the wheel's when the reactor files the
- * timer; the wheel's goes when the timer fires, when a cancel command
- * unfiles it, or when the reactor takes the arm command of a timer already
- * cancelled. A cancel command holds its own, because the wheel may fire
- * (and so drop its reference) while the command is still queued.
+ * command holds one; it becomes the wheel's when the reactor files the
+ * timer, or is dropped when the reactor takes the arm command of a timer
+ * already cancelled. The wheel's goes when the timer fires, when a cancel
+ * command unfiles it, or when the reactor stops (release_at_stop). A cancel
+ * command holds its own, because the wheel may fire (and so drop its
+ * reference) while the command is still queued; when the reactor refuses
+ * the command (it is stopping), the future takes that reference back.
  *
  * The command queue's node is reused: the cancel command is queued only
  * after the phase left QUEUED, which the reactor changes only after it
@@ -60,7 +65,7 @@ enum {
     /* Armed by its future; the arm command is queued (or in a worker's
      * batch), not yet taken by the reactor. */
     RT__TIMER_QUEUED = 0,
-    /* In the reactor's wheel. */
+    /* In the reactor's wheel, or left there when the reactor stopped. */
     RT__TIMER_FILED = 1,
     /* Fired: the reactor took its waker and woke it. */
     RT__TIMER_FIRED = 2,

@@ -1386,6 +1386,141 @@ Test(timer, sleeps_dropped_and_repolled_while_the_reactor_fires_keep_every_promi
     cr_assert_gt(raced, RACE_THREADS * RACE_ROUNDS / 2, "only %ld rounds raced the reactor", raced);
 }
 
+/* Threads keep arming sleeps by hand while the runtime shuts down: a poll
+ * that returned pending must have its waker woken by the shutdown (timer.h),
+ * whichever step of the reactor's stop it raced (its arm command queued
+ * just before the last look at the queue, or a waker stored while the
+ * reactor released its wheel), and nothing may leak. */
+/* In debug-yield builds the library has named race windows a test may
+ * stretch (src/atomic.h, RT__DEBUG_WINDOW); elsewhere the hook is absent and
+ * this weak reference is NULL. Stretching makes the two races certain: a
+ * first poll that has passed the reactor's stopping check when shutdown
+ * begins, and a second poll between its checks and its lock. */
+extern void (*volatile rt__debug_window_hook)(const char *window) __attribute__((weak));
+
+static atomic_int stop_race_stretch; /* 1: stretch the next "timer.submit", 2: "timer.repoll" */
+static atomic_int stop_race_stretched;
+
+static void stop_race_hook(const char *window)
+{
+    int want = strcmp(window, "timer.submit") == 0   ? 1
+               : strcmp(window, "timer.repoll") == 0 ? 2
+                                                     : 0;
+    int expected = want;
+    if (want == 0 || !atomic_compare_exchange_strong(&stop_race_stretch, &expected, 0))
+        return;
+    /* Long enough for shutdown to run to its end unless it waits for us. */
+    struct timespec pause = {0, 50 * 1000000L};
+    nanosleep(&pause, NULL);
+    atomic_fetch_add(&stop_race_stretched, 1);
+}
+
+#define STOP_RACE_THREADS 2
+#define STOP_RACE_SLEEPS 600
+#define STOP_RACE_ROUNDS 16
+
+struct stop_race_sleep {
+    rt_sleep s;
+    struct counting_waker first, second;
+    /* The waker the last pending poll stored, NULL if the sleep is ready. */
+    struct counting_waker *waiting;
+};
+
+struct stop_race_thread {
+    rt_runtime *rt;
+    struct stop_race_sleep *sleeps;
+    int used;
+    struct event *progress;
+    bool bad_error; /* a ready poll without -ESHUTDOWN */
+};
+
+static void *stop_race_main(void *arg)
+{
+    struct stop_race_thread *th = arg;
+    for (int i = 0; i < STOP_RACE_SLEEPS; i++) {
+        struct stop_race_sleep *p = &th->sleeps[i];
+        counting_waker_init(&p->first);
+        counting_waker_init(&p->second);
+        rt_context first = counting_context(&p->first);
+        rt_context second = counting_context(&p->second);
+        th->used = i + 1;
+        rt_sleep_init(&p->s, th->rt, 10 * SEC);
+        int err = 0;
+        if (rt_sleep_poll(&p->s, &first, &err) == RT_READY)
+            p->waiting = NULL;
+        else if (i % 2 == 0)
+            p->waiting = &p->first;
+        else /* replace the waker, racing the stop's release of the wheel */
+            p->waiting = rt_sleep_poll(&p->s, &second, &err) == RT_PENDING ? &p->second : NULL;
+        /* Ready only because shutdown began: a 10 s sleep cannot be due. */
+        if (p->waiting == NULL && err != -ESHUTDOWN)
+            th->bad_error = true;
+        if (i == 50)
+            event_signal(th->progress);
+        if (p->waiting == NULL)
+            break; /* the runtime is shutting down: enough */
+    }
+    return NULL;
+}
+
+Test(timer, sleeps_armed_by_hand_while_the_runtime_shuts_down_are_woken_and_leak_nothing)
+{
+    bool can_stretch = &rt__debug_window_hook != NULL;
+    if (can_stretch)
+        rt__debug_window_hook = stop_race_hook;
+    atomic_store(&stop_race_stretched, 0);
+    for (int round = 0; round < STOP_RACE_ROUNDS; round++) {
+        rt_runtime *rt = new_runtime(1);
+        struct event progress = EVENT_INIT;
+        struct stop_race_thread threads[STOP_RACE_THREADS];
+        pthread_t tids[STOP_RACE_THREADS];
+        for (int t = 0; t < STOP_RACE_THREADS; t++) {
+            threads[t] = (struct stop_race_thread){
+                rt, calloc(STOP_RACE_SLEEPS, sizeof(struct stop_race_sleep)), 0, &progress, false};
+            cr_assert_not_null(threads[t].sleeps);
+            cr_assert_eq(pthread_create(&tids[t], NULL, stop_race_main, &threads[t]), 0);
+        }
+        cr_assert(event_wait_for(&progress, STOP_RACE_THREADS), "the threads made no progress");
+        atomic_store(&stop_race_stretch, round % 2 + 1);
+        cr_assert_geq(rt_runtime_shutdown(rt), 0);
+        atomic_store(&stop_race_stretch, 0);
+        for (int t = 0; t < STOP_RACE_THREADS; t++)
+            pthread_join(tids[t], NULL);
+        /* Shutdown has returned and the threads are done: every waker a
+         * pending poll left stored has been woken by now, exactly once. */
+        for (int t = 0; t < STOP_RACE_THREADS; t++) {
+            struct stop_race_thread *th = &threads[t];
+            cr_assert(!th->bad_error, "round %d thread %d: a ready poll without -ESHUTDOWN", round,
+                      t);
+            for (int i = 0; i < th->used; i++) {
+                struct stop_race_sleep *p = &th->sleeps[i];
+                long a = counting_wakes(&p->first), b = counting_wakes(&p->second);
+                if (p->waiting == &p->first)
+                    cr_assert(a == 1 && b == 0,
+                              "round %d thread %d sleep %d: pending with the first waker, "
+                              "woken %ld / %ld times",
+                              round, t, i, a, b);
+                else if (p->waiting == &p->second)
+                    cr_assert(b == 1 && a == 0,
+                              "round %d thread %d sleep %d: pending with the second waker, "
+                              "woken %ld / %ld times",
+                              round, t, i, a, b);
+                rt_sleep_drop(&p->s);
+                cr_assert_eq(counting_outstanding(&p->first), 0);
+                cr_assert_eq(counting_outstanding(&p->second), 0);
+            }
+            free(th->sleeps);
+        }
+        cr_assert_eq(rt_runtime_free(rt), 0);
+    }
+    if (can_stretch) {
+        rt__debug_window_hook = NULL;
+        cr_log_info("%d of %d shutdowns raced a stretched poll", atomic_load(&stop_race_stretched),
+                    STOP_RACE_ROUNDS);
+        cr_assert_gt(atomic_load(&stop_race_stretched), 0, "no shutdown met a stretched window");
+    }
+}
+
 /* ---- many concurrent sleeps -------------------------------------------------------------- */
 
 #define MANY_SLEEPERS 100000

@@ -58,7 +58,10 @@ int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns);
 rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err);
 
 /* Releases the sleep's timer (cancelling it if pending). Safe to call once
- * whether or not the sleep finished; the struct may then be initialised again. */
+ * whether or not the sleep finished; the struct may then be initialised again.
+ * A sleep that was polled must be dropped before rt_runtime_free of its
+ * runtime (after rt_runtime_shutdown it may still be polled, and reports
+ * -ESHUTDOWN), since the drop hands the cancellation to that runtime. */
 void rt_sleep_drop(rt_sleep *s);
 
 /* A timeout around another future: polls `inner` over `inner_state` until it
