@@ -15,6 +15,16 @@ typedef struct rt__spinlock {
     uint32_t held; /* 0 free, 1 held */
 } rt__spinlock;
 
+/* One step of waiting for a lock held for a few instructions: pause, and
+ * after 64 steps (`*spins` counts them) give the CPU away instead. */
+static inline void rt__spin_backoff(unsigned *spins)
+{
+    if (++*spins < 64)
+        rt__cpu_relax();
+    else
+        sched_yield();
+}
+
 static inline void rt__spin_lock(rt__spinlock *l)
 {
     unsigned spins = 0;
@@ -22,12 +32,8 @@ static inline void rt__spin_lock(rt__spinlock *l)
         uint32_t expected = 0;
         if (rt__cas_u32(&l->held, &expected, 1))
             return;
-        while (rt__load_relaxed_u32(&l->held) != 0) {
-            if (++spins < 64)
-                rt__cpu_relax();
-            else
-                sched_yield();
-        }
+        while (rt__load_relaxed_u32(&l->held) != 0)
+            rt__spin_backoff(&spins);
     }
 }
 

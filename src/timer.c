@@ -2,7 +2,6 @@
  * state diagram and reference rules), and the public sleep, timeout and
  * interval futures built on it. */
 #include <errno.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
@@ -11,6 +10,7 @@
 
 #include "atomic.h"
 #include "runtime.h"
+#include "spinlock.h"
 #include "timer_internal.h"
 #include "waker.h"
 
@@ -87,10 +87,7 @@ static uint32_t timer_lock(rt__timer *t, uint32_t guess)
             return expected;
         if (expected & RT__TIMER_LOCKED) {
             /* Held by the timer's other side, for a few instructions. */
-            if (++spins < 64)
-                rt__cpu_relax();
-            else
-                sched_yield();
+            rt__spin_backoff(&spins);
             expected &= RT__TIMER_PHASE;
         }
     }
@@ -224,25 +221,19 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     }
     if ((rt__load_acquire_u32(&t->state) & RT__TIMER_PHASE) == RT__TIMER_FIRED)
         return RT_READY;
-    RT__DEBUG_YIELD(); /* the reactor may fire right here */
-    if (rt__load_acquire_u32(&r->stopping)) {
-        /* Shut down under us: the timer will never fire. */
-        if (err != NULL)
-            *err = -ESHUTDOWN;
-        return RT_READY;
-    }
     /* Polled again before it fired: keep the waker current. Under the lock,
      * either the reactor has not fired yet and will take this waker, or it
      * has, and the phase says so. */
-    RT__DEBUG_WINDOW("timer.repoll"); /* the reactor may stop right here */
+    RT__DEBUG_WINDOW("timer.repoll"); /* the reactor may fire or stop right here */
     uint32_t phase = timer_lock(t, RT__TIMER_FILED);
     if (phase == RT__TIMER_FIRED) {
         timer_unlock(t, phase);
         return RT_READY;
     }
-    /* Again under the lock: rt__timer_release_at_stop takes the waker under
-     * it after `stopping` was set, so either it has run (and we see the flag
-     * through the lock's acquire) or it will take the waker we store. */
+    /* Shut down under us: the timer will never fire. Checked under the
+     * lock because rt__timer_release_at_stop takes the waker under it after
+     * `stopping` was set: either it has run (and the lock's acquire shows us
+     * the flag) or it will take the waker we store. */
     if (rt__load_acquire_u32(&r->stopping)) {
         timer_unlock(t, phase);
         if (err != NULL)

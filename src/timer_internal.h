@@ -1,8 +1,8 @@
 /* A timer handed from a future to the reactor. Internal, not installed.
  *
- * Allocated (timer.c, "Memory") and reference counted, because the future that owns it may
- * be dropped (a task aborted) while the reactor still has the timer filed in
- * its wheel or queued as a command.
+ * Allocated (timer.c, "Memory") and reference counted, because the future
+ * that owns it may be dropped (a task aborted) while the reactor still has
+ * the timer filed in its wheel or queued as a command.
  *
  * One cache line. A sleeping task's timer is written by a worker (armed),
  * then by the reactor (filed, fired), then by a worker again (polled,

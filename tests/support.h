@@ -69,12 +69,17 @@ static inline void event_signal(struct event *e)
 }
 
 /* Waits until the event has been signalled at least `target` times; false
- * when that did not happen within `seconds`. */
-static inline bool event_wait_for_s(struct event *e, unsigned long target, int seconds)
+ * when that did not happen within `ms` milliseconds. */
+static inline bool event_wait_for_ms(struct event *e, unsigned long target, long ms)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += seconds;
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&e->mu);
     while (e->count < target) {
         if (pthread_cond_timedwait(&e->cv, &e->mu, &deadline) == ETIMEDOUT)
@@ -83,6 +88,12 @@ static inline bool event_wait_for_s(struct event *e, unsigned long target, int s
     bool reached = e->count >= target;
     pthread_mutex_unlock(&e->mu);
     return reached;
+}
+
+/* The same in whole seconds. */
+static inline bool event_wait_for_s(struct event *e, unsigned long target, int seconds)
+{
+    return event_wait_for_ms(e, target, (long)seconds * 1000);
 }
 
 /* The same within the including file's EVENT_DEADLINE_S. */

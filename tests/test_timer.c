@@ -1400,6 +1400,10 @@ extern void (*volatile rt__debug_window_hook)(const char *window) __attribute__(
 
 static atomic_int stop_race_stretch; /* 1: stretch the next "timer.submit", 2: "timer.repoll" */
 static atomic_int stop_race_stretched;
+/* Signalled each time rt_runtime_shutdown returns; stop_race_round counts
+ * the shutdowns begun, so the hook knows which return it waits for. */
+static struct event stop_race_shut_down = EVENT_INIT;
+static atomic_int stop_race_round;
 
 static void stop_race_hook(const char *window)
 {
@@ -1409,9 +1413,9 @@ static void stop_race_hook(const char *window)
     int expected = want;
     if (want == 0 || !atomic_compare_exchange_strong(&stop_race_stretch, &expected, 0))
         return;
-    /* Long enough for shutdown to run to its end unless it waits for us. */
-    struct timespec pause = {0, 50 * 1000000L};
-    nanosleep(&pause, NULL);
+    /* Hold the poll until shutdown has returned, or for 50 ms when shutdown
+     * waits for this very poll (as the submit gate makes it do). */
+    event_wait_for_ms(&stop_race_shut_down, (unsigned long)atomic_load(&stop_race_round), 50);
     atomic_fetch_add(&stop_race_stretched, 1);
 }
 
@@ -1481,9 +1485,11 @@ Test(timer, sleeps_armed_by_hand_while_the_runtime_shuts_down_are_woken_and_leak
             cr_assert_eq(pthread_create(&tids[t], NULL, stop_race_main, &threads[t]), 0);
         }
         cr_assert(event_wait_for(&progress, STOP_RACE_THREADS), "the threads made no progress");
+        atomic_store(&stop_race_round, round + 1);
         atomic_store(&stop_race_stretch, round % 2 + 1);
         cr_assert_geq(rt_runtime_shutdown(rt), 0);
         atomic_store(&stop_race_stretch, 0);
+        event_signal(&stop_race_shut_down);
         for (int t = 0; t < STOP_RACE_THREADS; t++)
             pthread_join(tids[t], NULL);
         /* Shutdown has returned and the threads are done: every waker a
