@@ -8,11 +8,14 @@
  * 2^(9+6(L-1)) ticks each and covers 2^(9+6L) ticks; the whole wheel spans
  * 2^39 ticks (at 250 us, about 4.4 years). The deadline's bits are split into
  * digits: bits 0-8 name the level-0 slot, then 6 bits per level. An entry
- * whose deadline is later than the wheel's time is filed at the level of the
- * highest digit in which its deadline differs from the wheel's time, in the
- * slot named by that digit of the deadline. That slot's range therefore
- * begins strictly after the wheel's current slot at that level, and the
- * deadline lies inside it. A deadline too far away to share the top digit with
+ * whose deadline is less than 512 ticks after the wheel's time is filed at
+ * level 0, in the slot named by its level-0 digit: level 0 is a ring, whose
+ * slots each name exactly one tick of the next 512. A later entry is filed at
+ * the level of the highest digit in which its deadline differs from the
+ * wheel's time, in the slot named by that digit of the deadline. Either way
+ * the slot's range begins strictly after the wheel's current slot at that
+ * level (going round, for level 0), and the deadline lies inside it. A
+ * deadline too far away to share the top digit with
  * the current time is clamped into the last level (slot = its level-5 digit)
  * and simply filed again when that slot is reached, as often as needed.
  *
@@ -27,9 +30,10 @@
  * sleep between 16 and 128 ms at level 1, and each level-1 slot reached
  * would move 16 ms worth of timers down at once (in the timers benchmark,
  * 32,000 entries: a burst of the reactor of milliseconds during which
- * nothing fires). A 512-slot first level keeps every timer under 128 ms out
- * of the cascades, as Tokio's first level does for 64 ms, for eight 64-bit
- * words of occupancy bitmap instead of one.
+ * nothing fires). A 512-slot first level, filed as a ring rather than by
+ * digit, keeps every timer under 128 ms out of the cascades, for eight 64-bit
+ * words of occupancy bitmap instead of one. (Tokio files its first level by
+ * digit, so a 10 ms sleep that crosses a multiple of 64 ms cascades once.)
  *
  * Never early, never late. advance() moves time forward slot range by slot
  * range, visiting only occupied slots, in time order: it sets the wheel's time

@@ -430,6 +430,47 @@ Test(timer_wheel, deadlines_within_the_first_level_never_cascade)
     cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
 }
 
+/* Level 0 is a ring: from a time in the middle of a 512-tick range too,
+ * every deadline less than 512 ticks ahead goes to level 0, including those
+ * past the next multiple of 512. Filed by digit, those would go to level 1
+ * and all move down at once when the wheel reaches that multiple: the burst
+ * that made the timers benchmark's sleeps late. */
+Test(timer_wheel, deadlines_across_a_level_boundary_stay_in_the_first_level)
+{
+    static rt__timer_wheel wheel;
+    uint64_t start = 512ull * 12345 + 300;
+    rt__timer_wheel_init(&wheel, start);
+    static struct timer near[RT__TIMER_LEVEL0_SLOTS - 1];
+    for (unsigned i = 0; i < RT__TIMER_LEVEL0_SLOTS - 1; i++) {
+        near[i] = (struct timer){0};
+        insert_timer(&wheel, &near[i], start + 1 + i);
+        cr_assert_lt(near[i].entry.slot, RT__TIMER_LEVEL0_SLOTS,
+                     "deadline +%u filed above level 0 (slot %u)", i + 1, near[i].entry.slot);
+    }
+    /* 512 ahead is one lap of the ring: it must go up a level. */
+    struct timer lap = {0};
+    insert_timer(&wheel, &lap, start + RT__TIMER_LEVEL0_SLOTS);
+    cr_assert_geq(lap.entry.slot, RT__TIMER_LEVEL0_SLOTS, "a full lap ahead filed at level 0");
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), start + 1);
+    struct window w = {.wheel = &wheel};
+    for (unsigned i = 0; i < RT__TIMER_LEVEL0_SLOTS - 1; i++) {
+        cr_assert_eq(advance_to(&wheel, &w, start + 1 + i), 1, "step %u", i + 1);
+        cr_assert_eq(near[i].fired, 1);
+        /* The lap's level-1 slot begins at start + 212, before the later
+         * ring entries; reached there, the lap moves down to the ring. */
+        uint64_t next = i + 2 < RT__TIMER_LEVEL0_SLOTS ? start + 2 + i : start + 512;
+        cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), next, "after step %u", i + 1);
+    }
+    /* One visit per ring slot; the lap's level-1 slot begins with the ring
+     * slot of start + 212 and is emptied in the same visit. */
+    cr_assert_eq(wheel.slots_processed, RT__TIMER_LEVEL0_SLOTS - 1, "%llu slot visits",
+                 (unsigned long long)wheel.slots_processed);
+    cr_assert_eq(advance_to(&wheel, &w, start + RT__TIMER_LEVEL0_SLOTS), 1);
+    cr_assert_eq(lap.fired, 1);
+    cr_assert_eq(wheel.slots_processed, RT__TIMER_LEVEL0_SLOTS);
+    cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
+}
+
 Test(timer_wheel, deadlines_in_the_past_or_now_fire_at_the_next_advance)
 {
     static rt__timer_wheel wheel;
