@@ -15,9 +15,9 @@
  * wheel's time, in the slot named by that digit of the deadline. Either way
  * the slot's range begins strictly after the wheel's current slot at that
  * level (going round, for level 0), and the deadline lies inside it. A
- * deadline too far away to share the top digit with
- * the current time is clamped into the last level (slot = its level-5 digit)
- * and simply filed again when that slot is reached, as often as needed.
+ * deadline too far away to share the top digit with the current time is
+ * clamped into the last level (slot = its level-5 digit) and simply filed
+ * again when that slot is reached, as often as needed.
  *
  * Why not Tokio's 6 levels of 64 slots at 1 ms: a 1 ms slot rounds every
  * deadline up to the next millisecond, so a sleep wakes on average 0.5 ms and
@@ -144,9 +144,10 @@ typedef struct rt__timer_wheel {
      * advance() cheap. Level 0 owns words 0-7, level L >= 1 word 7 + L. */
     uint64_t occupied[RT__TIMER_ALL_SLOTS / 64];
     /* The list heads of the slots: level 0's 512, then 64 per level. Slot s of
-     * level L holds the entries whose deadline lies in the s-th slot-sized
-     * range of the level's current range (or, at level 5, in a later turn of
-     * the whole wheel). */
+     * level 0 holds the entries due at the one tick of the next 512 whose
+     * low 9 bits are s; slot s of level L >= 1 holds the entries whose
+     * deadline lies in the s-th slot-sized range of the level's current
+     * range (or, at level 5, in a later turn of the whole wheel). */
     rt__timer_link slots[RT__TIMER_ALL_SLOTS];
     /* The head of the list of entries inserted with a deadline not later than
      * now: they fire at the start of the next advance(). Kept apart from the
