@@ -64,7 +64,7 @@ static void destroy(rt_runtime *rt)
         free(rt->workers[i].registry.tasks);
         rt__block_cache_clear(&rt->workers[i].cache);
     }
-    rt__depot_destroy(&rt->depot);
+    rt__block_pool_detach();
     if (rt->blocking != NULL)
         rt__blocking_pool_release(rt->blocking);
     pthread_mutex_destroy(&rt->io_lock);
@@ -97,7 +97,7 @@ static int init_shards(rt_runtime *rt)
         return -ENOMEM;
     memset(rt->foreign, 0, rt->nforeign * sizeof(rt__foreign_shard));
     for (unsigned i = 0; i < rt->nforeign; i++) {
-        rt__block_cache_init(&rt->foreign[i].cache, &rt->depot);
+        rt__block_cache_init(&rt->foreign[i].cache);
         int err = pthread_mutex_init(&rt->foreign[i].lock, NULL);
         if (err != 0) {
             destroy_shards(rt, i);
@@ -146,10 +146,9 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_injector;
     if ((err = -pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
         goto fail_sleepers;
-    if ((err = rt__depot_init(&rt->depot)) < 0)
-        goto fail_lifecycle;
+    rt__block_pool_attach();
     if ((err = init_shards(rt)) < 0)
-        goto fail_depot;
+        goto fail_pool;
     if ((err = -pthread_mutex_init(&rt->io_lock, NULL)) < 0)
         goto fail_shards;
     if ((err = rt__blocking_pool_new(cfg, &rt->blocking)) < 0) {
@@ -161,7 +160,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         rt__worker *w = &rt->workers[i];
         rt__deque_init(&w->deque);
         rt__parker_init(&w->parker);
-        rt__block_cache_init(&w->cache, &rt->depot);
+        rt__block_cache_init(&w->cache);
         if ((err = rt__injector_init(&w->inbox)) < 0) {
             destroy(rt); /* everything is initialised by now */
             return err;
@@ -207,9 +206,8 @@ fail_io:
     pthread_mutex_destroy(&rt->io_lock);
 fail_shards:
     destroy_shards(rt, rt->nforeign);
-fail_depot:
-    rt__depot_destroy(&rt->depot);
-fail_lifecycle:
+fail_pool:
+    rt__block_pool_detach();
     pthread_mutex_destroy(&rt->lifecycle_lock);
 fail_sleepers:
     pthread_mutex_destroy(&rt->sleepers_lock);

@@ -162,9 +162,10 @@ void rt__task_run(struct rt__worker *w, rt_task *t);
  * freeing tasks is the hot path of every spawn-heavy program, and a private
  * LIFO list of equal blocks beats malloc's bins there. */
 #define RT__TASK_SMALL_BLOCK 128
+_Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
 
 /* Frees the task's memory (the last reference is gone) into `cache` (NULL:
- * to malloc). */
+ * straight to the block pool, or to malloc for a task that is no block). */
 void rt__task_recycle(rt__block_cache *cache, rt_task *t);
 
 /* Drops `n` references; frees the task when they were the last. */
@@ -330,9 +331,6 @@ struct rt_runtime {
 
     /* Set once by shutdown; workers and spawns check it. */
     RT_ALIGNED_CACHELINE uint32_t closing;
-
-    /* Full magazines of free task blocks, shared by every cache. */
-    rt__depot depot;
 
     /* Registries of tasks spawned by foreign threads. */
     unsigned nforeign;

@@ -180,19 +180,20 @@ static bool still_sleeping(rt__worker *w)
     return sleeping;
 }
 
-/* Returns idle memory to malloc: the worker's magazines, and the depot down
- * to a couple of magazines. Foreign shards keep theirs (two magazines each). */
+/* Returns idle memory to malloc: the worker's magazines go back to the block
+ * pool, which then releases its wholly free slabs down to a couple. Foreign
+ * shards keep theirs (two magazines each). */
 static void trim_caches(rt__worker *w)
 {
     rt__block_cache_clear(&w->cache);
-    rt__depot_trim(&w->rt->depot, RT__DEPOT_KEEP);
+    rt__block_pool_trim(RT__POOL_KEEP_SLABS);
 }
 
 /* Whether an idle worker should wake up once to give memory back. */
 static bool holds_idle_memory(rt__worker *w)
 {
     return w->cache.loaded.len + w->cache.spare.len > 0 ||
-           rt__load_relaxed_u32(&w->rt->depot.count) > RT__DEPOT_KEEP;
+           rt__block_pool_spare_slabs() > RT__POOL_KEEP_SLABS;
 }
 
 static void park_worker(rt__worker *w)

@@ -24,10 +24,7 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
      * read before the block cache reuses the header's first bytes. */
     uint64_t s = rt__load_relaxed_u64(&t->state);
     if (s & RT__TASK_SMALL) {
-        if (cache != NULL)
-            rt__block_cache_push(cache, t);
-        else
-            free(t);
+        rt__block_free(cache, t);
     } else if (s & RT__TASK_EXTENDED) {
         free(rt__task_ext_of(t));
     } else {
@@ -45,8 +42,7 @@ static rt_task *task_alloc(rt__block_cache *cache, size_t size, const char *name
     rt_task *t;
     if (name == NULL && pinned == -1) {
         if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
-            t = cache != NULL ? rt__block_cache_pop(cache) : NULL;
-            if (t == NULL && (t = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
+            if ((t = rt__block_alloc(cache)) == NULL)
                 return NULL;
             *flags = RT__TASK_SMALL;
             return t;
@@ -97,7 +93,7 @@ void rt__task_unref(rt_task *t, uint64_t n)
      * happens before the free by whoever drops the last reference. */
     uint64_t prev = rt__faa_u64(&t->state, (uint64_t)0 - n * RT__TASK_REF_ONE);
     if (refcount(prev) == n) {
-        /* Any worker's cache may take any block; elsewhere, back to malloc. */
+        /* Any worker's cache may take any block; elsewhere, to the pool. */
         rt__worker *w = rt__worker_current();
         rt__task_recycle(w != NULL ? &w->cache : NULL, t);
     }

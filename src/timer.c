@@ -27,40 +27,33 @@ RT_EXPORT int64_t rt_now_ns(void)
  *
  * A timer lives in a small task block (RT__TASK_SMALL_BLOCK = 128 bytes): on a
  * worker the block comes from and goes back to its block cache, like a task's,
- * and elsewhere from malloc. Every sleep allocates one and frees it when it
- * ends, and malloc's fast bins overflow when 100,000 sleeps are armed before
- * any ends (callgrind counted 490 of about 2,200 instructions per sleeping
- * task in that malloc and free). Every timer block has the size of a task
- * block, so any of them may go to any cache, or to free().
+ * and elsewhere straight from and to the block pool. Every sleep allocates
+ * one and frees it when it ends, and malloc's fast bins overflow when 100,000
+ * sleeps are armed before any ends (callgrind counted 490 of about 2,200
+ * instructions per sleeping task in that malloc and free). Every timer block
+ * is a task block, so any of them may go to any cache.
  *
- * malloc aligns blocks to 16 bytes only, so the timer is placed at the first
- * 64-byte boundary strictly after the block's start: at most 64 bytes in (16
- * to 64 with malloc's alignment; at least 8 is all this needs), so it ends at
- * most 128 bytes in. The word before it holds the block's address
- * for the free; the block's first word stays free for the cache's link. */
+ * Pool blocks are aligned to their size, so the timer is the block's second
+ * line: the first line's first word stays free for the cache's link, and the
+ * block is found again by subtracting a line. */
 _Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
-_Static_assert(RT__TASK_SMALL_BLOCK >= 2 * RT_CACHELINE, "a block holds an aligned line");
+_Static_assert(RT__TASK_SMALL_BLOCK == 2 * RT_CACHELINE, "a block is two lines");
+
+static rt__block_cache *current_cache(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? &w->cache : NULL;
+}
 
 static rt__timer *timer_alloc(void)
 {
-    rt__worker *w = rt__worker_current();
-    char *block = w != NULL ? rt__block_cache_pop(&w->cache) : NULL;
-    if (block == NULL && (block = malloc(RT__TASK_SMALL_BLOCK)) == NULL)
-        return NULL;
-    uintptr_t line = ((uintptr_t)block + RT_CACHELINE) & ~(uintptr_t)(RT_CACHELINE - 1);
-    rt__timer *t = (rt__timer *)line;
-    ((void **)t)[-1] = block;
-    return t;
+    char *block = rt__block_alloc(current_cache());
+    return block != NULL ? (rt__timer *)(block + RT_CACHELINE) : NULL;
 }
 
 static void timer_free(rt__timer *t)
 {
-    void *block = ((void **)t)[-1];
-    rt__worker *w = rt__worker_current();
-    if (w != NULL)
-        rt__block_cache_push(&w->cache, block);
-    else
-        free(block);
+    rt__block_free(current_cache(), (char *)t - RT_CACHELINE);
 }
 
 static void timer_unref(rt__timer *t, uint32_t n)

@@ -1,0 +1,290 @@
+/* The process-wide pool of 128-byte blocks in address-ordered slabs; see
+ * block_pool.h. */
+#include "block_pool.h"
+
+#include "atomic.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RT_POOL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RT_POOL_ASAN 1
+#endif
+#endif
+#ifdef RT_POOL_ASAN
+#include <sanitizer/asan_interface.h>
+/* A block in the pool is poisoned, so that AddressSanitizer reports a use
+ * after the last free even though the memory never goes back to malloc. */
+#define POISON(b) ASAN_POISON_MEMORY_REGION((b), RT__BLOCK_SIZE)
+#define UNPOISON(b) ASAN_UNPOISON_MEMORY_REGION((b), RT__BLOCK_SIZE)
+#else
+#define POISON(b) ((void)(b))
+#define UNPOISON(b) ((void)(b))
+#endif
+
+#define WORDS (RT__SLAB_BLOCKS / 64)
+/* Free blocks of a wholly free slab: all but the header. */
+#define USABLE (RT__SLAB_BLOCKS - 1)
+/* The most blocks one take or give moves. */
+#define BATCH_MAX USABLE
+
+/* The header, in a slab's first block. Every field is guarded by the pool's
+ * lock. */
+typedef struct rt__slab {
+    uint64_t free_bits[WORDS];   /* bit i set: block i is in the pool (bit 0, the header: never) */
+    struct rt__slab *prev, *next; /* neighbours in the list of slabs with a free block */
+    uint32_t free_count;          /* bits set */
+} rt__slab;
+
+_Static_assert(sizeof(rt__slab) <= RT__BLOCK_SIZE, "the header fits the first block");
+_Static_assert(RT__SLAB_BLOCKS % 64 == 0, "the bitmap is whole words");
+
+static struct {
+    pthread_mutex_t lock;
+    rt__slab *listed; /* slabs with a free block, most recently listed first */
+    uint32_t spare;   /* listed slabs whose every block is free (relaxed reads: a hint) */
+    uint32_t runtimes; /* runtimes alive: with none, wholly free slabs are released */
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline rt__slab *slab_of(void *block)
+{
+    return (rt__slab *)((uintptr_t)block & ~(uintptr_t)(RT__SLAB_SIZE - 1));
+}
+
+static inline unsigned index_in_slab(void *block)
+{
+    return (unsigned)(((uintptr_t)block & (RT__SLAB_SIZE - 1)) / RT__BLOCK_SIZE);
+}
+
+/* ---- The list of slabs with a free block (under the lock) ------------------ */
+
+static void list_push(rt__slab *s)
+{
+    s->prev = NULL;
+    s->next = pool.listed;
+    if (pool.listed != NULL)
+        pool.listed->prev = s;
+    pool.listed = s;
+}
+
+static void list_remove(rt__slab *s)
+{
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        pool.listed = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+}
+
+static void set_spare(uint32_t n)
+{
+    /* Relaxed: the count orders nothing; readers outside the lock use it
+     * only to decide whether a trim is worth a wake-up. */
+    rt__store_relaxed_u32(&pool.spare, n);
+}
+
+/* ---- Slabs ------------------------------------------------------------------ */
+
+static rt__slab *slab_new(void)
+{
+    rt__slab *s = aligned_alloc(RT__SLAB_SIZE, RT__SLAB_SIZE);
+    if (s == NULL)
+        return NULL;
+    for (unsigned w = 0; w < WORDS; w++)
+        s->free_bits[w] = ~(uint64_t)0;
+    s->free_bits[0] &= ~(uint64_t)1; /* the header */
+    s->free_count = USABLE;
+    for (unsigned i = 1; i < RT__SLAB_BLOCKS; i++)
+        POISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
+    return s;
+}
+
+static void slab_release(rt__slab *s)
+{
+    for (unsigned i = 1; i < RT__SLAB_BLOCKS; i++)
+        UNPOISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
+    free(s);
+}
+
+/* Frees a chain of slabs linked through `next`, outside the lock. */
+static void release_chain(rt__slab *s)
+{
+    while (s != NULL) {
+        rt__slab *next = s->next;
+        slab_release(s);
+        s = next;
+    }
+}
+
+/* How many wholly free slabs the pool keeps at most right now. */
+static uint32_t spare_limit(void)
+{
+    return pool.runtimes > 0 ? RT__POOL_SPARE_SLABS : 0;
+}
+
+/* ---- Taking ------------------------------------------------------------------ */
+
+/* Collects up to `max` free blocks from the listed slabs into `out`, in
+ * ascending order within each slab. Under the lock; touches headers only. */
+static uint32_t take_locked(void **out, uint32_t max)
+{
+    uint32_t n = 0;
+    while (n < max && pool.listed != NULL) {
+        rt__slab *s = pool.listed;
+        if (s->free_count == USABLE)
+            set_spare(pool.spare - 1); /* at least one block is taken below */
+        for (unsigned w = 0; w < WORDS && n < max; w++) {
+            uint64_t bits = s->free_bits[w];
+            while (bits != 0 && n < max) {
+                unsigned bit = (unsigned)__builtin_ctzll(bits);
+                bits &= bits - 1;
+                out[n++] = (char *)s + (size_t)(w * 64 + bit) * RT__BLOCK_SIZE;
+                s->free_count--;
+            }
+            s->free_bits[w] = bits;
+        }
+        if (s->free_count == 0)
+            list_remove(s);
+    }
+    return n;
+}
+
+uint32_t rt__block_pool_take(void **head, uint32_t max)
+{
+    assert(max <= BATCH_MAX);
+    void *blocks[BATCH_MAX];
+    uint32_t n = 0;
+    while (n < max) {
+        pthread_mutex_lock(&pool.lock);
+        n += take_locked(blocks + n, max - n);
+        pthread_mutex_unlock(&pool.lock);
+        if (n == max)
+            break;
+        /* The pool ran dry: a new slab, allocated outside the lock (its
+         * pages are faulted in by the link writes below, also outside). */
+        rt__slab *s = slab_new();
+        if (s == NULL)
+            break;
+        pthread_mutex_lock(&pool.lock);
+        list_push(s);
+        set_spare(pool.spare + 1);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    /* Link them in the order taken: the first popped has the lowest address. */
+    void *next = NULL;
+    for (uint32_t i = n; i-- > 0;) {
+        UNPOISON(blocks[i]);
+        *(void **)blocks[i] = next;
+        next = blocks[i];
+    }
+    *head = next;
+    return n;
+}
+
+void *rt__block_pool_alloc(void)
+{
+    void *b;
+    return rt__block_pool_take(&b, 1) == 1 ? b : NULL;
+}
+
+/* ---- Giving back --------------------------------------------------------------- */
+
+/* Marks `n` blocks free. Returns the slabs that must be released, linked
+ * through `next`. Under the lock; touches headers only. */
+static rt__slab *give_locked(void *const *blocks, uint32_t n)
+{
+    rt__slab *released = NULL;
+    uint32_t limit = spare_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        rt__slab *s = slab_of(blocks[i]);
+        unsigned idx = index_in_slab(blocks[i]);
+        uint64_t bit = (uint64_t)1 << (idx % 64);
+        assert(idx != 0 && (s->free_bits[idx / 64] & bit) == 0 && "a block freed twice");
+        s->free_bits[idx / 64] |= bit;
+        if (++s->free_count == 1)
+            list_push(s);
+        if (s->free_count == USABLE) {
+            if (pool.spare < limit) {
+                set_spare(pool.spare + 1);
+            } else {
+                list_remove(s);
+                s->next = released;
+                released = s;
+            }
+        }
+    }
+    return released;
+}
+
+void rt__block_pool_give(void *head)
+{
+    /* The links are read, and the blocks poisoned, before the lock: the
+     * blocks are still ours until their bits are set. */
+    void *blocks[BATCH_MAX];
+    uint32_t n = 0;
+    while (head != NULL) {
+        assert(n < BATCH_MAX);
+        blocks[n++] = head;
+        head = *(void **)head;
+        POISON(blocks[n - 1]);
+    }
+    pthread_mutex_lock(&pool.lock);
+    rt__slab *released = give_locked(blocks, n);
+    pthread_mutex_unlock(&pool.lock);
+    release_chain(released);
+}
+
+void rt__block_pool_free(void *block)
+{
+    POISON(block);
+    pthread_mutex_lock(&pool.lock);
+    rt__slab *released = give_locked(&block, 1);
+    pthread_mutex_unlock(&pool.lock);
+    release_chain(released);
+}
+
+/* ---- Trimming ------------------------------------------------------------------ */
+
+void rt__block_pool_trim(uint32_t keep)
+{
+    rt__slab *released = NULL;
+    pthread_mutex_lock(&pool.lock);
+    for (rt__slab *s = pool.listed, *next; s != NULL && pool.spare > keep; s = next) {
+        next = s->next;
+        if (s->free_count == USABLE) {
+            list_remove(s);
+            set_spare(pool.spare - 1);
+            s->next = released;
+            released = s;
+        }
+    }
+    pthread_mutex_unlock(&pool.lock);
+    release_chain(released);
+}
+
+uint32_t rt__block_pool_spare_slabs(void)
+{
+    return rt__load_relaxed_u32(&pool.spare);
+}
+
+void rt__block_pool_attach(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    pool.runtimes++;
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void rt__block_pool_detach(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    bool last = --pool.runtimes == 0;
+    pthread_mutex_unlock(&pool.lock);
+    if (last)
+        rt__block_pool_trim(0);
+}
