@@ -36,7 +36,7 @@
 /* The header, in a slab's first block. Every field is guarded by the pool's
  * lock. */
 typedef struct rt__slab {
-    uint64_t free_bits[WORDS];   /* bit i set: block i is in the pool (bit 0, the header: never) */
+    uint64_t free_bits[WORDS];    /* bit i set: block i is in the pool (bit 0, the header: never) */
     struct rt__slab *prev, *next; /* neighbours in the list of slabs with a free block */
     uint32_t free_count;          /* bits set */
 } rt__slab;
@@ -46,8 +46,8 @@ _Static_assert(RT__SLAB_BLOCKS % 64 == 0, "the bitmap is whole words");
 
 static struct {
     pthread_mutex_t lock;
-    rt__slab *listed; /* slabs with a free block, most recently listed first */
-    uint32_t spare;   /* listed slabs whose every block is free (relaxed reads: a hint) */
+    rt__slab *listed;  /* slabs with a free block, most recently listed first */
+    uint32_t spare;    /* listed slabs whose every block is free (relaxed reads: a hint) */
     uint32_t runtimes; /* runtimes alive: with none, wholly free slabs are released */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
