@@ -1527,6 +1527,71 @@ Test(timer, sleeps_armed_by_hand_while_the_runtime_shuts_down_are_woken_and_leak
     }
 }
 
+/* A reactor files at most 1024 commands per turn (src/reactor.c); at
+ * shutdown it must still release every command queued, however many turns'
+ * worth. The hook holds one reactor turn (debug-yield builds) while this
+ * thread arms more than two turns' worth of sleeps by hand, and lets it go
+ * on only once shutdown has begun, so the reactor's last turn takes one
+ * budget and its stop must take the rest. */
+#define BACKLOG_SLEEPS 3000
+
+static atomic_int backlog_hold;                    /* 1: hold the next reactor turn */
+static struct event backlog_held = EVENT_INIT;     /* the reactor is held */
+static struct event backlog_stopping = EVENT_INIT; /* shutdown set `stopping` */
+
+static void backlog_hook(const char *window)
+{
+    if (strcmp(window, "reactor.stopping") == 0) {
+        event_signal(&backlog_stopping);
+        return;
+    }
+    int hold = 1;
+    if (strcmp(window, "reactor.turn") == 0 &&
+        atomic_compare_exchange_strong(&backlog_hold, &hold, 0)) {
+        event_signal(&backlog_held);
+        event_wait_for_s(&backlog_stopping, 1, 30);
+    }
+}
+
+struct backlog_sleep {
+    rt_sleep s;
+    struct counting_waker w;
+};
+
+Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
+{
+    if (&rt__debug_window_hook == NULL)
+        cr_skip_test("holding the reactor needs a debug-yield build");
+    rt__debug_window_hook = backlog_hook;
+    rt_runtime *rt = new_runtime(1);
+    struct backlog_sleep *sleeps = calloc(BACKLOG_SLEEPS, sizeof *sleeps);
+    cr_assert_not_null(sleeps);
+    atomic_store(&backlog_hold, 1);
+    for (int i = 0; i < BACKLOG_SLEEPS; i++) {
+        counting_waker_init(&sleeps[i].w);
+        rt_context cx = counting_context(&sleeps[i].w);
+        cr_assert_eq(rt_sleep_init(&sleeps[i].s, rt, 10 * SEC), 0);
+        cr_assert_eq(rt_sleep_poll(&sleeps[i].s, &cx, NULL), RT_PENDING);
+        /* The first command wakes the reactor into the turn the hook holds. */
+        if (i == 0)
+            cr_assert(event_wait_for_s(&backlog_held, 1, 10), "the reactor never began a turn");
+    }
+    cr_assert_geq(rt_runtime_shutdown(rt), 0);
+    for (int i = 0; i < BACKLOG_SLEEPS; i++) {
+        cr_assert_eq(counting_wakes(&sleeps[i].w), 1, "sleep %d: woken %ld times by shutdown", i,
+                     counting_wakes(&sleeps[i].w));
+        rt_context cx = counting_context(&sleeps[i].w);
+        int err = 0;
+        cr_assert_eq(rt_sleep_poll(&sleeps[i].s, &cx, &err), RT_READY);
+        cr_assert_eq(err, -ESHUTDOWN);
+        rt_sleep_drop(&sleeps[i].s);
+        cr_assert_eq(counting_outstanding(&sleeps[i].w), 0);
+    }
+    rt__debug_window_hook = NULL;
+    free(sleeps);
+    cr_assert_eq(rt_runtime_free(rt), 0);
+}
+
 /* ---- many concurrent sleeps -------------------------------------------------------------- */
 
 #define MANY_SLEEPERS 100000
