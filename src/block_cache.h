@@ -3,7 +3,7 @@
  * Vmem", USENIX 2001).
  *
  * Each worker, and each foreign registry shard, has a cache of two
- * magazines: linked lists of up to RT__MAGAZINE_SIZE free blocks. Frees and
+ * magazines: arrays of up to RT__MAGAZINE_SIZE free blocks. Frees and
  * allocations use the loaded magazine; when it is full (or empty) it is
  * swapped with the spare, and only when both are full (or empty) does the
  * cache give a full magazine back to the block pool (block_pool.h), or take
@@ -11,14 +11,18 @@
  * flow from the worker that frees them to the one that allocates, whichever
  * those are, and each magazine taken from the pool is in address order.
  *
+ * A magazine is an array, not a list through the blocks: handing a block
+ * out, or a magazine back, never reads a block that may have left the
+ * cache (see block_pool.h for what walking lists cost).
+ *
  * Profiling a burst of 100,000 spawns showed malloc growing and trimming the
  * worker's heap on every burst (sysmalloc, mprotect and page faults were half
  * the time); the pool keeps free slabs while the runtime is busy, and idle
  * workers give them back after a second.
  *
- * Every block belongs to the pool: it goes back with rt__block_cache_push or
- * rt__block_pool_free, never with free(). A cache is used by one thread at a
- * time (its worker, or the holder of its shard's lock). */
+ * Every block belongs to the pool: it goes back with rt__block_free, never
+ * with free(). A cache is used by one thread at a time (its worker, or the
+ * holder of its shard's lock). */
 #ifndef RT_SRC_BLOCK_CACHE_H
 #define RT_SRC_BLOCK_CACHE_H
 
@@ -30,20 +34,26 @@
 #define RT__MAGAZINE_SIZE 256u
 #define RT__BLOCK_CACHE_IDLE_NS 1000000000ll
 
-/* A free list of at most RT__MAGAZINE_SIZE blocks. */
+/* At most RT__MAGAZINE_SIZE free blocks; the next one out is the last. */
 typedef struct rt__magazine {
-    void *head;   /* blocks, linked through their first word */
-    uint32_t len; /* how many */
+    uint32_t count;                       /* blocks in `rounds` */
+    void *rounds[RT__MAGAZINE_SIZE];      /* the blocks, handed out from the end */
 } rt__magazine;
 
 typedef struct rt__block_cache {
-    rt__magazine loaded; /* where blocks come from and go to */
-    rt__magazine spare;  /* the previous loaded magazine */
+    rt__magazine *loaded; /* where blocks come from and go to: one of `mags` */
+    rt__magazine *spare;  /* the previous loaded magazine: the other one */
+    rt__magazine mags[2]; /* storage for both */
 } rt__block_cache;
 
 void rt__block_cache_init(rt__block_cache *c);
 /* Gives both magazines back to the pool. */
 void rt__block_cache_clear(rt__block_cache *c);
+/* Blocks the cache holds. */
+static inline uint32_t rt__block_cache_count(const rt__block_cache *c)
+{
+    return c->loaded->count + c->spare->count;
+}
 
 /* Slow paths, out of line. */
 void *rt__block_cache_refill_and_pop(rt__block_cache *c);
@@ -52,29 +62,30 @@ void rt__block_cache_rotate_and_push(rt__block_cache *c, void *b);
 /* A free block, or NULL when memory is exhausted. */
 static inline void *rt__block_cache_pop(rt__block_cache *c)
 {
-    void *b = c->loaded.head;
-    if (b == NULL)
+    rt__magazine *m = c->loaded;
+    if (m->count == 0)
         return rt__block_cache_refill_and_pop(c);
-    void *next = *(void **)b;
-    c->loaded.head = next;
-    c->loaded.len--;
-    if (next != NULL) {
+    void *b = m->rounds[--m->count];
+    if (m->count > 0) {
+        /* The next block out: both of its lines are written soon. */
+        char *next = m->rounds[m->count - 1];
         __builtin_prefetch(next, 1);
-        __builtin_prefetch((char *)next + 64, 1);
+        __builtin_prefetch(next + 64, 1);
     }
+    RT__BLOCK_UNPOISON(b);
     return b;
 }
 
 /* Takes a block back. */
 static inline void rt__block_cache_push(rt__block_cache *c, void *b)
 {
-    if (c->loaded.len == RT__MAGAZINE_SIZE) {
+    rt__magazine *m = c->loaded;
+    if (m->count == RT__MAGAZINE_SIZE) {
         rt__block_cache_rotate_and_push(c, b);
         return;
     }
-    *(void **)b = c->loaded.head;
-    c->loaded.head = b;
-    c->loaded.len++;
+    RT__BLOCK_POISON(b);
+    m->rounds[m->count++] = b;
 }
 
 /* A block from `c`, or straight from the pool when `c` is NULL (a thread

@@ -9,29 +9,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define RT_POOL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RT_POOL_ASAN 1
-#endif
-#endif
-#ifdef RT_POOL_ASAN
-#include <sanitizer/asan_interface.h>
-/* A block in the pool is poisoned, so that AddressSanitizer reports a use
- * after the last free even though the memory never goes back to malloc. */
-#define POISON(b) ASAN_POISON_MEMORY_REGION((b), RT__BLOCK_SIZE)
-#define UNPOISON(b) ASAN_UNPOISON_MEMORY_REGION((b), RT__BLOCK_SIZE)
-#else
-#define POISON(b) ((void)(b))
-#define UNPOISON(b) ((void)(b))
-#endif
-
 #define WORDS (RT__SLAB_BLOCKS / 64)
 /* Free blocks of a wholly free slab: all but the header. */
 #define USABLE (RT__SLAB_BLOCKS - 1)
-/* The most blocks one take or give moves. */
-#define BATCH_MAX USABLE
 
 /* The header, in a slab's first block. Every field is guarded by the pool's
  * lock. */
@@ -101,14 +81,14 @@ static rt__slab *slab_new(void)
     s->free_bits[0] &= ~(uint64_t)1; /* the header */
     s->free_count = USABLE;
     for (unsigned i = 1; i < RT__SLAB_BLOCKS; i++)
-        POISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
+        RT__BLOCK_POISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
     return s;
 }
 
 static void slab_release(rt__slab *s)
 {
     for (unsigned i = 1; i < RT__SLAB_BLOCKS; i++)
-        UNPOISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
+        RT__BLOCK_UNPOISON((char *)s + (size_t)i * RT__BLOCK_SIZE);
     free(s);
 }
 
@@ -155,19 +135,16 @@ static uint32_t take_locked(void **out, uint32_t max)
     return n;
 }
 
-uint32_t rt__block_pool_take(void **head, uint32_t max)
+uint32_t rt__block_pool_take(void **out, uint32_t max)
 {
-    assert(max <= BATCH_MAX);
-    void *blocks[BATCH_MAX];
     uint32_t n = 0;
     while (n < max) {
         pthread_mutex_lock(&pool.lock);
-        n += take_locked(blocks + n, max - n);
+        n += take_locked(out + n, max - n);
         pthread_mutex_unlock(&pool.lock);
         if (n == max)
             break;
-        /* The pool ran dry: a new slab, allocated outside the lock (its
-         * pages are faulted in by the link writes below, also outside). */
+        /* The pool ran dry: a new slab, allocated outside the lock. */
         rt__slab *s = slab_new();
         if (s == NULL)
             break;
@@ -176,21 +153,22 @@ uint32_t rt__block_pool_take(void **head, uint32_t max)
         set_spare(pool.spare + 1);
         pthread_mutex_unlock(&pool.lock);
     }
-    /* Link them in the order taken: the first popped has the lowest address. */
-    void *next = NULL;
-    for (uint32_t i = n; i-- > 0;) {
-        UNPOISON(blocks[i]);
-        *(void **)blocks[i] = next;
-        next = blocks[i];
+    /* Taken in ascending order; the taker hands them out from the end. */
+    for (uint32_t i = 0; i < n / 2; i++) {
+        void *t = out[i];
+        out[i] = out[n - 1 - i];
+        out[n - 1 - i] = t;
     }
-    *head = next;
     return n;
 }
 
 void *rt__block_pool_alloc(void)
 {
     void *b;
-    return rt__block_pool_take(&b, 1) == 1 ? b : NULL;
+    if (rt__block_pool_take(&b, 1) != 1)
+        return NULL;
+    RT__BLOCK_UNPOISON(b);
+    return b;
 }
 
 /* ---- Giving back --------------------------------------------------------------- */
@@ -222,18 +200,12 @@ static rt__slab *give_locked(void *const *blocks, uint32_t n)
     return released;
 }
 
-void rt__block_pool_give(void *head)
+void rt__block_pool_give(void *const *blocks, uint32_t n)
 {
-    /* The links are read, and the blocks poisoned, before the lock: the
-     * blocks are still ours until their bits are set. */
-    void *blocks[BATCH_MAX];
-    uint32_t n = 0;
-    while (head != NULL) {
-        assert(n < BATCH_MAX);
-        blocks[n++] = head;
-        head = *(void **)head;
-        POISON(blocks[n - 1]);
-    }
+    /* Poisoned before the lock: the blocks are still ours until their bits
+     * are set. */
+    for (uint32_t i = 0; i < n; i++)
+        RT__BLOCK_POISON(blocks[i]);
     pthread_mutex_lock(&pool.lock);
     rt__slab *released = give_locked(blocks, n);
     pthread_mutex_unlock(&pool.lock);
@@ -242,11 +214,7 @@ void rt__block_pool_give(void *head)
 
 void rt__block_pool_free(void *block)
 {
-    POISON(block);
-    pthread_mutex_lock(&pool.lock);
-    rt__slab *released = give_locked(&block, 1);
-    pthread_mutex_unlock(&pool.lock);
-    release_chain(released);
+    rt__block_pool_give(&block, 1);
 }
 
 /* ---- Trimming ------------------------------------------------------------------ */

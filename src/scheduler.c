@@ -192,7 +192,7 @@ static void trim_caches(rt__worker *w)
 /* Whether an idle worker should wake up once to give memory back. */
 static bool holds_idle_memory(rt__worker *w)
 {
-    return w->cache.loaded.len + w->cache.spare.len > 0 ||
+    return rt__block_cache_count(&w->cache) > 0 ||
            rt__block_pool_spare_slabs() > RT__POOL_KEEP_SLABS;
 }
 

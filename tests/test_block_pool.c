@@ -13,26 +13,16 @@
 
 #include "block_pool.h"
 
-/* Takes `n` blocks (n <= 511) one list at a time into `out`, in list order. */
+/* Takes `n` blocks into `out` in the order a magazine hands them out: from
+ * the end of what the pool filled in. */
 static void take_into(void **out, uint32_t n)
 {
-    void *head = NULL;
-    cr_assert_eq(rt__block_pool_take(&head, n), n);
-    for (uint32_t i = 0; i < n; i++) {
-        cr_assert_not_null(head, "the list ended after %u of %u blocks", i, n);
-        out[i] = head;
-        head = *(void **)head;
-    }
-    cr_assert_null(head, "the list is longer than the count");
-}
-
-/* Links blocks[0..n) into a NULL-terminated list, in that order. */
-static void *link_list(void **blocks, uint32_t n)
-{
-    for (uint32_t i = 0; i + 1 < n; i++)
-        *(void **)blocks[i] = blocks[i + 1];
-    *(void **)blocks[n - 1] = NULL;
-    return blocks[0];
+    void **filled = malloc(n * sizeof *filled);
+    cr_assert_not_null(filled);
+    cr_assert_eq(rt__block_pool_take(filled, n), n);
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = filled[n - 1 - i];
+    free(filled);
 }
 
 static void shuffle(void **v, uint32_t n, unsigned *seed)
@@ -54,7 +44,7 @@ Test(block_pool, blocks_are_aligned_and_never_the_slab_header)
         cr_assert_eq(a % RT__BLOCK_SIZE, 0, "block %d at %#lx is not aligned", i, (unsigned long)a);
         cr_assert_neq(a % RT__SLAB_SIZE, 0, "block %d is a slab's header", i);
     }
-    rt__block_pool_give(link_list(b, 300));
+    rt__block_pool_give(b, 300);
 }
 
 Test(block_pool, blocks_given_back_in_any_order_come_out_in_address_order)
@@ -66,7 +56,7 @@ Test(block_pool, blocks_given_back_in_any_order_come_out_in_address_order)
     for (int round = 0; round < 20; round++) {
         /* Back in a scrambled order, half as one list and half one by one. */
         shuffle(first, N, &seed);
-        rt__block_pool_give(link_list(first, N / 2));
+        rt__block_pool_give(first, N / 2);
         for (int i = N / 2; i < N; i++)
             rt__block_pool_free(first[i]);
         take_into(again, N);
@@ -76,8 +66,7 @@ Test(block_pool, blocks_given_back_in_any_order_come_out_in_address_order)
         for (int i = 0; i < N; i++)
             first[i] = again[i];
     }
-    rt__block_pool_give(link_list(first, N / 2));
-    rt__block_pool_give(link_list(first + N / 2, N / 2));
+    rt__block_pool_give(first, N);
 }
 
 Test(block_pool, without_a_runtime_a_slab_is_released_when_its_last_block_returns)
@@ -85,7 +74,7 @@ Test(block_pool, without_a_runtime_a_slab_is_released_when_its_last_block_return
     void *b[511];
     take_into(b, 511); /* one whole slab (the pool was empty) */
     cr_assert_eq(rt__block_pool_spare_slabs(), 0);
-    rt__block_pool_give(link_list(b, 511));
+    rt__block_pool_give(b, 511);
     cr_assert_eq(rt__block_pool_spare_slabs(), 0, "a wholly free slab was kept with no runtime");
 }
 
@@ -97,7 +86,7 @@ Test(block_pool, a_runtime_keeps_spare_slabs_until_trimmed)
     for (int s = 0; s < SLABS; s++)
         take_into(b[s], 511);
     for (int s = 0; s < SLABS; s++)
-        rt__block_pool_give(link_list(b[s], 511));
+        rt__block_pool_give(b[s], 511);
     cr_assert_eq(rt__block_pool_spare_slabs(), SLABS);
     /* Reused, not allocated anew: the blocks come from one of those slabs. */
     void *again[511];
@@ -108,7 +97,7 @@ Test(block_pool, a_runtime_keeps_spare_slabs_until_trimmed)
     for (int s = 0; s < SLABS; s++)
         known |= ((uintptr_t)b[s][0] & ~(uintptr_t)(RT__SLAB_SIZE - 1)) == slab;
     cr_assert(known, "a new slab was allocated while four wholly free ones were kept");
-    rt__block_pool_give(link_list(again, 511));
+    rt__block_pool_give(again, 511);
     rt__block_pool_trim(1);
     cr_assert_eq(rt__block_pool_spare_slabs(), 1);
     rt__block_pool_detach();
@@ -121,7 +110,7 @@ Test(block_pool, a_runtime_keeps_spare_slabs_until_trimmed)
 #define STRESS_ROUNDS 3000
 
 struct holder {
-    _Atomic(uintptr_t) owner; /* the second word: who holds the block now */
+    _Atomic(uintptr_t) owner; /* the first word: who holds the block now */
 };
 
 static atomic_int stress_violations;
@@ -133,21 +122,19 @@ static void *stress_main(void *arg)
     void *held[256];
     for (int round = 0; round < STRESS_ROUNDS; round++) {
         uint32_t n = 1 + (uint32_t)rand_r(&seed) % 256;
-        void *head = NULL;
-        uint32_t got = rt__block_pool_take(&head, n);
+        uint32_t got = rt__block_pool_take(held, n);
         if (got != n)
             atomic_fetch_add(&stress_violations, 1);
         for (uint32_t i = 0; i < got; i++) {
-            held[i] = head;
-            head = *(void **)head;
-            struct holder *h = (struct holder *)((void **)held[i] + 1);
+            RT__BLOCK_UNPOISON(held[i]);
+            struct holder *h = held[i];
             atomic_store(&h->owner, me);
         }
         if (round % 16 == 0)
             sched_yield(); /* let the others take and give meanwhile */
         /* Nobody else wrote over a block while we held it. */
         for (uint32_t i = 0; i < got; i++) {
-            struct holder *h = (struct holder *)((void **)held[i] + 1);
+            struct holder *h = held[i];
             if (atomic_exchange(&h->owner, 0) != me)
                 atomic_fetch_add(&stress_violations, 1);
         }
@@ -157,7 +144,7 @@ static void *stress_main(void *arg)
             for (uint32_t i = 0; i < got; i++)
                 rt__block_pool_free(held[i]);
         } else {
-            rt__block_pool_give(link_list(held, got));
+            rt__block_pool_give(held, got);
         }
     }
     return NULL;
