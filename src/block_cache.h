@@ -36,8 +36,8 @@
 
 /* At most RT__MAGAZINE_SIZE free blocks; the next one out is the last. */
 typedef struct rt__magazine {
-    uint32_t count;                       /* blocks in `rounds` */
-    void *rounds[RT__MAGAZINE_SIZE];      /* the blocks, handed out from the end */
+    uint32_t count;                  /* blocks in `rounds` */
+    void *rounds[RT__MAGAZINE_SIZE]; /* the blocks, handed out from the end */
 } rt__magazine;
 
 typedef struct rt__block_cache {

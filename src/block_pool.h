@@ -22,7 +22,10 @@
  * go. While any runtime lives, the pool keeps up to RT__POOL_SPARE_SLABS
  * wholly free slabs (16 MiB) for the next burst; idle workers trim it down to
  * RT__POOL_KEEP_SLABS, and once no runtime is left a slab is released as
- * soon as its last block comes back.
+ * soon as its last block comes back. Released means decommitted: the slab's
+ * pages but the first go back to the kernel (MADV_DONTNEED), and the
+ * address range stays mapped for the next slab the pool needs, so the
+ * pool's address space never shrinks below its peak.
  *
  * Blocks move in and out as arrays of pointers, never as lists linked
  * through the blocks: a magazine's blocks have usually left the cache by
@@ -82,7 +85,7 @@ uint32_t rt__block_pool_take(void **out, uint32_t max);
 /* Returns `n` blocks, poisoned or not. */
 void rt__block_pool_give(void *const *blocks, uint32_t n);
 
-/* Releases wholly free slabs until at most `keep` remain. */
+/* Releases (decommits) wholly free slabs until at most `keep` remain. */
 void rt__block_pool_trim(uint32_t keep);
 
 /* Wholly free slabs the pool holds (a relaxed read: a hint). */

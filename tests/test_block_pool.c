@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "block_pool.h"
 
@@ -76,6 +79,33 @@ Test(block_pool, without_a_runtime_a_slab_is_released_when_its_last_block_return
     cr_assert_eq(rt__block_pool_spare_slabs(), 0);
     rt__block_pool_give(b, 511);
     cr_assert_eq(rt__block_pool_spare_slabs(), 0, "a wholly free slab was kept with no runtime");
+}
+
+Test(block_pool, a_released_slab_returns_its_memory_and_is_reused_first)
+{
+    void *b[511];
+    take_into(b, 511); /* one whole slab, every page written below */
+    for (int i = 0; i < 511; i++) {
+        RT__BLOCK_UNPOISON(b[i]);
+        memset(b[i], 0xab, RT__BLOCK_SIZE);
+    }
+    char *slab = (char *)((uintptr_t)b[0] & ~(uintptr_t)(RT__SLAB_SIZE - 1));
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = RT__SLAB_SIZE / (size_t)page;
+    unsigned char resident[RT__SLAB_SIZE / 4096];
+    cr_assert_eq(mincore(slab, RT__SLAB_SIZE, resident), 0);
+    for (size_t p = 0; p < pages; p++)
+        cr_assert(resident[p] & 1, "page %zu of a written slab is not resident", p);
+    rt__block_pool_give(b, 511); /* no runtime: released at once */
+    cr_assert_eq(mincore(slab, RT__SLAB_SIZE, resident), 0);
+    /* The first page keeps the header; the rest went back to the kernel. */
+    for (size_t p = 1; p < pages; p++)
+        cr_assert(!(resident[p] & 1), "page %zu of a released slab is still resident", p);
+    void *again[511];
+    take_into(again, 511);
+    cr_assert_eq((char *)((uintptr_t)again[0] & ~(uintptr_t)(RT__SLAB_SIZE - 1)), slab,
+                 "a new slab was carved while a released one was waiting");
+    rt__block_pool_give(again, 511);
 }
 
 Test(block_pool, a_runtime_keeps_spare_slabs_until_trimmed)
