@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef RT__BLOCK_ASAN
 #include <sanitizer/lsan_interface.h>
@@ -21,12 +22,13 @@
 /* Slabs are carved from regions mapped with mmap, 32 slabs at a time, and
  * never unmapped: a slab the pool releases is decommitted instead (its pages
  * but the first go back to the kernel with MADV_DONTNEED) and reused before
- * a new one is carved. Slabs from aligned_alloc, freed to glibc when
+ * a new one is carved. Unmapping single slabs would split the region's
+ * mapping, and a fragmented heap could then reach the kernel's limit on
+ * mappings (vm.max_map_count, 65,530 by default). Slabs from aligned_alloc, freed to glibc when
  * released, made a million sleeping tasks take 55% longer to spawn: glibc
  * trimmed the threads' heaps and unmapped memory after every few slabs, and
  * each unmap interrupted the other CPU to flush its TLB. */
 #define REGION_SIZE (2u << 20)
-#define PAGE_SIZE_MIN 4096u
 
 /* The header, in a slab's first block, which stays resident while the slab
  * is decommitted. Every field is guarded by the pool's lock. */
@@ -141,11 +143,15 @@ static void release_chain(rt__slab *s)
 {
     if (s == NULL)
         return;
+    /* The header's page stays: it holds the link. With pages of half a slab
+     * or more (64 KiB pages) nothing can go back, and the slab just waits. */
+    long page = sysconf(_SC_PAGESIZE);
+    bool decommit = page > 0 && (unsigned long)page <= RT__SLAB_SIZE / 2;
     rt__slab *last = s;
     for (rt__slab *t = s; t != NULL; t = t->next) {
-        /* The header's page stays: it holds the link. The blocks stay
-         * poisoned until the slab is reused. */
-        madvise((char *)t + PAGE_SIZE_MIN, RT__SLAB_SIZE - PAGE_SIZE_MIN, MADV_DONTNEED);
+        /* The blocks stay poisoned until the slab is reused. */
+        if (decommit)
+            madvise((char *)t + page, RT__SLAB_SIZE - (size_t)page, MADV_DONTNEED);
         last = t;
     }
     pthread_mutex_lock(&pool.lock);
