@@ -264,4 +264,32 @@ static inline void finish_runtime(rt_runtime *rt, int expected_cancelled)
 }
 #endif
 
+/* True when every worker's metrics say it is asleep right now: it went to
+ * sleep once more than it was woken. */
+static inline bool all_workers_parked(rt_runtime *rt)
+{
+    unsigned n = rt_runtime_workers(rt);
+    for (unsigned i = 0; i < n; i++) {
+        rt_worker_metrics wm;
+        cr_assert_eq(rt_worker_metrics_read(rt, i, &wm, sizeof wm), 0);
+        if (wm.parks != wm.unparks + 1)
+            return false;
+    }
+    return true;
+}
+
+/* The one sanctioned polling loop: being parked is a state with no event to
+ * wait on, so this waits with short sleeps and a generous bound until every
+ * worker is parked. */
+static inline bool wait_all_workers_parked(rt_runtime *rt)
+{
+    const struct timespec step = {0, 1000000}; /* 1 ms */
+    for (int i = 0; i < 10000; i++) {
+        if (all_workers_parked(rt))
+            return true;
+        nanosleep(&step, NULL);
+    }
+    return false;
+}
+
 #endif

@@ -252,26 +252,6 @@ static rt_poll blocker_poll(void *state, rt_context *cx, void **out)
     return RT_READY;
 }
 
-/* The one sanctioned polling loop: waits, with short sleeps and a generous
- * bound, until every worker's metrics say it is asleep (it went to sleep once
- * more than it was woken). */
-static bool wait_all_workers_parked(rt_runtime *rt)
-{
-    const struct timespec step = {0, 1000000}; /* 1 ms */
-    for (int i = 0; i < 10000; i++) {
-        bool all = true;
-        for (unsigned w = 0; w < rt_runtime_workers(rt) && all; w++) {
-            rt_worker_metrics wm;
-            cr_assert_eq(rt_worker_metrics_read(rt, w, &wm, sizeof wm), 0);
-            all = wm.parks == wm.unparks + 1;
-        }
-        if (all)
-            return true;
-        nanosleep(&step, NULL);
-    }
-    return false;
-}
-
 /* Spawns and waits for a trivial task; with more than one worker this gives
  * a wrongly scheduled task on another worker the time to show itself. */
 static void run_probe(rt_runtime *rt)
