@@ -117,7 +117,6 @@ static rt_poll current_poll(void *state, rt_context *cx, void **out)
     return RT_READY;
 }
 
-
 static uint64_t total_unparks(rt_runtime *rt)
 {
     uint64_t sum = 0;
