@@ -27,6 +27,7 @@ static void read_worker(const rt__worker *w, rt_worker_metrics *m)
     m->unparks = rt__load_relaxed_u64(&s->unparks);
     m->deque_high_water = rt__load_relaxed_u64(&s->deque_high_water);
     m->spills = rt__load_relaxed_u64(&s->spills);
+    m->reactor_yields = rt__load_relaxed_u64(&s->reactor_yields);
 }
 
 RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
@@ -80,16 +81,17 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
     fprintf(out, "blocking pool: %llu threads, %llu jobs, %llu abandoned at shutdown\n",
             (unsigned long long)m.blocking_threads, (unsigned long long)m.blocking_jobs,
             (unsigned long long)m.blocking_abandoned);
-    fprintf(out, "%-7s %12s %10s %12s %10s %8s %8s %10s %7s\n", "worker", "polls", "steals",
-            "steal_tries", "inj_batch", "parks", "unparks", "deque_max", "spills");
+    fprintf(out, "%-7s %12s %10s %12s %10s %8s %8s %10s %7s %8s\n", "worker", "polls", "steals",
+            "steal_tries", "inj_batch", "parks", "unparks", "deque_max", "spills", "r_yields");
     for (unsigned i = 0; i < rt->nworkers; i++) {
         rt_worker_metrics w;
         read_worker(&rt->workers[i], &w);
-        fprintf(out, "%-7u %12llu %10llu %12llu %10llu %8llu %8llu %10llu %7llu\n", i,
+        fprintf(out, "%-7u %12llu %10llu %12llu %10llu %8llu %8llu %10llu %7llu %8llu\n", i,
                 (unsigned long long)w.polls, (unsigned long long)w.steals,
                 (unsigned long long)w.steal_attempts, (unsigned long long)w.injector_batches,
                 (unsigned long long)w.parks, (unsigned long long)w.unparks,
-                (unsigned long long)w.deque_high_water, (unsigned long long)w.spills);
+                (unsigned long long)w.deque_high_water, (unsigned long long)w.spills,
+                (unsigned long long)w.reactor_yields);
     }
     return ferror(out) ? -EIO : 0;
 }

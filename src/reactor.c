@@ -96,6 +96,17 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
     (void)n;
 }
 
+bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns)
+{
+    /* Relaxed: a hint (reactor.h). 0 while the reactor runs, UINT64_MAX
+     * while it sleeps with no deadline: never overdue then. */
+    uint64_t until = rt__load_relaxed_u64(&r->sleeping_until_tick);
+    if (until == 0 || until == UINT64_MAX)
+        return false;
+    int64_t wake_ns = r->epoch_ns + (int64_t)(until * RT__TIMER_TICK_NS);
+    return now_ns - wake_ns >= RT__REACTOR_OVERDUE_NS;
+}
+
 bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, int64_t slack_ns)
 {
     /* A stopped reactor takes no commands: its stop releases what is left
@@ -296,6 +307,11 @@ static void *reactor_main(void *arg)
         struct timespec ts;
         bool bounded = sleep_spec(r, &ts, left_over);
         int n = reactor_wait(r, events, bounded ? &ts : NULL);
+        /* A test may hold the reactor here, woken but not yet running, as
+         * a reactor waiting for a CPU is (see rt__reactor_overdue). */
+        RT__DEBUG_WINDOW(rt__load_relaxed_u64(&r->sleeping_until_tick) != UINT64_MAX
+                             ? "reactor.woke_for_deadline"
+                             : "reactor.woke");
         rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */

@@ -70,6 +70,18 @@ void rt__reactor_stop(rt_runtime *rt);
 
 /* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
 void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
+
+/* Whether the reactor should have woken up at least RT__REACTOR_OVERDUE_NS
+ * before `now_ns` (rt_now_ns()) and has not run since: then it is waiting
+ * for a CPU, and a worker that sees this yields its own (scheduler.c).
+ *
+ * On two cores with both workers busy, traces of the timers benchmark showed
+ * the reactor asking to sleep 50 us and running again 2-5 ms later, while
+ * every timer due meanwhile waited with it: those waits were the lateness
+ * p99. A hint read without ordering: a stale value costs one needless yield
+ * or one missed. */
+#define RT__REACTOR_OVERDUE_NS 500000
+bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns);
 /* Queues a timer command (timer_internal.h), handing the reactor one
  * reference to the timer. `kick_tick`: the timer's deadline in wheel ticks,
  * to wake the reactor if it sleeps past it (UINT64_MAX: never, for a

@@ -573,6 +573,13 @@ static rt_task *find_local_work(rt__worker *w)
     rt_runtime *rt = w->rt;
     rt_task *t;
     if (++w->tick % rt->config.injector_interval == 0) {
+        /* A reactor overdue by half a millisecond is waiting for a CPU that
+         * busy workers hold (reactor.h): this one gives its own, once per
+         * interval at most. */
+        if (rt__reactor_overdue(&rt->reactor, rt__now_ns())) {
+            rt__stat_add(&w->stats.reactor_yields, 1);
+            sched_yield();
+        }
         t = take_from_injector(w);
         if (t != NULL)
             return t;

@@ -1592,6 +1592,75 @@ Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
     cr_assert_eq(rt_runtime_free(rt), 0);
 }
 
+/* A reactor that woke for a deadline but has not run for half a millisecond
+ * is waiting for a CPU, and a busy worker gives it its own (reactor.h,
+ * rt__reactor_overdue). The hook holds the reactor just after it woke for a
+ * sleep's deadline, as a starved reactor would be, while a task keeps the
+ * only worker busy until the worker's metrics count a yield. */
+static atomic_int starve_hold;                   /* 1: hold the next deadline wake-up */
+static struct event starve_held = EVENT_INIT;    /* the reactor is held */
+static struct event starve_release = EVENT_INIT; /* let it go */
+
+static void starve_hook(const char *window)
+{
+    int hold = 1;
+    if (strcmp(window, "reactor.woke_for_deadline") == 0 &&
+        atomic_compare_exchange_strong(&starve_hold, &hold, 0)) {
+        event_signal(&starve_held);
+        event_wait_for_s(&starve_release, 1, 30);
+    }
+}
+
+struct busy {
+    rt_runtime *rt;
+    int64_t give_up_ns; /* rt_now_ns() after which the task stops waiting */
+    bool yielded;       /* the worker's metrics counted a yield to the reactor */
+};
+
+/* Wakes itself and returns pending until the worker has yielded once. */
+static rt_poll busy_poll(void *state, rt_context *cx, void **out)
+{
+    (void)out;
+    struct busy *b = *(struct busy **)state;
+    rt_worker_metrics wm;
+    cr_assert_eq(rt_worker_metrics_read(b->rt, 0, &wm, sizeof wm), 0);
+    if (wm.reactor_yields > 0 || rt_now_ns() > b->give_up_ns) {
+        b->yielded = wm.reactor_yields > 0;
+        return RT_READY;
+    }
+    rt_waker_wake_by_ref(rt_context_waker(cx));
+    return RT_PENDING;
+}
+
+Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
+{
+    if (&rt__debug_window_hook == NULL)
+        cr_skip_test("holding the reactor needs a debug-yield build");
+    rt__debug_window_hook = starve_hook;
+    atomic_store(&starve_hold, 1);
+    rt_runtime *rt = new_runtime(1);
+    struct counting_waker w;
+    counting_waker_init(&w);
+    rt_context cx = counting_context(&w);
+    rt_sleep s;
+    cr_assert_eq(rt_sleep_init(&s, rt, 1 * MS), 0);
+    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_PENDING);
+    cr_assert(event_wait_for_s(&starve_held, 1, 10), "the reactor never woke for the deadline");
+
+    struct busy b = {rt, rt_now_ns() + 10 * SEC, false};
+    struct busy *bp = &b;
+    cr_assert_eq(rt_block_on(rt, busy_poll, NULL, &bp, sizeof bp, NULL), 0);
+    event_signal(&starve_release);
+    cr_assert(b.yielded, "the worker never yielded to the held reactor in 10 s");
+
+    /* Released, the reactor fires the sleep. */
+    cr_assert(event_wait_for_s(&w.woken, 1, 10), "the sleep never fired");
+    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_READY);
+    rt_sleep_drop(&s);
+    rt__debug_window_hook = NULL;
+    finish_runtime(rt, 0);
+}
+
 /* ---- many concurrent sleeps -------------------------------------------------------------- */
 
 #define MANY_SLEEPERS 100000

@@ -32,6 +32,8 @@ typedef struct rt_worker_metrics {
     uint64_t unparks;          /* times it was woken up from sleep */
     uint64_t deque_high_water; /* most tasks ever in its deque at once */
     uint64_t spills;           /* times its full deque moved half to the injector */
+    uint64_t reactor_yields;   /* times it gave its CPU to a reactor overdue by 0.5 ms
+                                  (a sign the machine has fewer cores than busy threads) */
 } rt_worker_metrics;
 
 /* Runtime totals. */
