@@ -649,7 +649,10 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             transition_from_searching(w);
             rt__task_run(w, t);
-            if (w->timer_batch_len > 0 &&
+            /* The batch's age is read every RT__TIMER_BATCH_CHECK_POLLS
+             * polls: reading the clock after every poll was 4% of the
+             * timers benchmark's CPU time. */
+            if (w->timer_batch_len > 0 && w->tick % RT__TIMER_BATCH_CHECK_POLLS == 0 &&
                 rt__now_ns() - w->timer_batch_since >= RT__TIMER_BATCH_WAIT_NS)
                 rt__timer_batch_flush(w);
             if (w->announce_after_poll) {
