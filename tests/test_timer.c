@@ -1539,18 +1539,24 @@ static atomic_int backlog_hold;                    /* 1: hold the next reactor t
 static struct event backlog_held = EVENT_INIT;     /* the reactor is held */
 static struct event backlog_stopping = EVENT_INIT; /* shutdown set `stopping` */
 
+/* Holds the reactor in window `name` once, if `*hold` is 1: signals `held`,
+ * then waits for `release` (30 s at most). */
+static void hold_reactor_once(const char *window, const char *name, atomic_int *hold,
+                              struct event *held, struct event *release)
+{
+    int expected = 1;
+    if (strcmp(window, name) == 0 && atomic_compare_exchange_strong(hold, &expected, 0)) {
+        event_signal(held);
+        event_wait_for_s(release, 1, 30);
+    }
+}
+
 static void backlog_hook(const char *window)
 {
-    if (strcmp(window, "reactor.stopping") == 0) {
+    if (strcmp(window, "reactor.stopping") == 0)
         event_signal(&backlog_stopping);
-        return;
-    }
-    int hold = 1;
-    if (strcmp(window, "reactor.turn") == 0 &&
-        atomic_compare_exchange_strong(&backlog_hold, &hold, 0)) {
-        event_signal(&backlog_held);
-        event_wait_for_s(&backlog_stopping, 1, 30);
-    }
+    else
+        hold_reactor_once(window, "reactor.turn", &backlog_hold, &backlog_held, &backlog_stopping);
 }
 
 struct backlog_sleep {
@@ -1603,12 +1609,8 @@ static struct event starve_release = EVENT_INIT; /* let it go */
 
 static void starve_hook(const char *window)
 {
-    int hold = 1;
-    if (strcmp(window, "reactor.woke_for_deadline") == 0 &&
-        atomic_compare_exchange_strong(&starve_hold, &hold, 0)) {
-        event_signal(&starve_held);
-        event_wait_for_s(&starve_release, 1, 30);
-    }
+    hold_reactor_once(window, "reactor.woke_for_deadline", &starve_hold, &starve_held,
+                      &starve_release);
 }
 
 struct busy {
@@ -1639,12 +1641,11 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
     rt__debug_window_hook = starve_hook;
     atomic_store(&starve_hold, 1);
     rt_runtime *rt = new_runtime(1);
-    struct counting_waker w;
-    counting_waker_init(&w);
-    rt_context cx = counting_context(&w);
+    struct hand h;
+    hand_init(&h);
     rt_sleep s;
     cr_assert_eq(rt_sleep_init(&s, rt, 1 * MS), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_PENDING);
+    cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_PENDING);
     cr_assert(event_wait_for_s(&starve_held, 1, 10), "the reactor never woke for the deadline");
 
     struct busy b = {rt, rt_now_ns() + 10 * SEC, false};
@@ -1654,8 +1655,8 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
     cr_assert(b.yielded, "the worker never yielded to the held reactor in 10 s");
 
     /* Released, the reactor fires the sleep. */
-    cr_assert(event_wait_for_s(&w.woken, 1, 10), "the sleep never fired");
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_READY);
+    cr_assert(event_wait_for_s(&h.w.woken, 1, 10), "the sleep never fired");
+    cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_READY);
     rt_sleep_drop(&s);
     rt__debug_window_hook = NULL;
     finish_runtime(rt, 0);
