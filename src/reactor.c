@@ -315,7 +315,6 @@ static void *reactor_main(void *arg)
         rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
         if (n < 0)
             continue; /* EINTR; nothing else can fail with valid arguments */
-        bool saw_io = false;
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == &wakefd_marker) {
@@ -326,7 +325,6 @@ static void *reactor_main(void *arg)
                 continue;
             }
             rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */
-            saw_io = true;
             uint32_t ev = events[i].events;
             unsigned dirs = 0, sticky_dirs = 0;
             if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -345,17 +343,11 @@ static void *reactor_main(void *arg)
             rt__wake_batch_add(batch, &writer);
         }
         rt__wake_batch_flush(batch);
-        /* After a batch with descriptor events, give the CPU once to any
-         * thread waiting for it before the next epoll_wait. Under load the
-         * tasks just woken, and their peers, are what produce the next
-         * events: blocking at once would sleep and be woken again for a
-         * handful of them (tcp_echo: 0.12 sleeps per round trip, most of the
-         * reactor's CPU time), while after the yield epoll_wait mostly
-         * finds a bigger batch without sleeping (0.002 per round trip,
-         * reactor CPU 5x lower). On an idle CPU the yield returns at once.
-         * Not after timer-only turns: the wheel's deadlines do not wait. */
-        if (saw_io)
-            sched_yield();
+        /* No yield here before the next epoll_wait. One was tried: it cut
+         * the reactor's sleeps (tcp_echo: 0.12 -> 0.002 per round trip),
+         * but the reactor then stayed runnable and was scheduled against the
+         * workers, which were preempted two to four times as often; the
+         * echo benchmark ran 7-12% faster without it (eighth session). */
     }
     free(batch);
     return NULL;
