@@ -270,13 +270,22 @@ RT_EXPORT rt_poll rt_io_writable(rt_io *io, rt_context *cx)
     return io_ready_exact(io, RT__IO_WRITE, cx);
 }
 
+/* recv() on a socket skips read()'s file-position lock and VFS layers
+ * (fdget_pos, vfs_read, sock_read_iter: 1.8% of the echo server's CPU
+ * samples). recv's own entry costs most of that back: a net 0.4% in one
+ * perf run each, as Tokio's recv() pays. */
+static ssize_t io_read_once(rt_io *io, void *buf, size_t len)
+{
+    return io->is_socket ? recv(io->fd, buf, len, 0) : read(io->fd, buf, len);
+}
+
 RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result)
 {
     for (;;) {
         uint32_t tick;
         if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
-        ssize_t n = read(io->fd, buf, len);
+        ssize_t n = io_read_once(io, buf, len);
         if (n >= 0) {
             /* A short read of TCP emptied the queue, unless the direction
              * is sticky (io_internal.h, "Short transfers"); 0 is the end of
