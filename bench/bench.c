@@ -74,6 +74,7 @@ struct params {
     uint64_t tcp_conns;      /* tcp_echo: C connections */
     uint64_t tcp_msgs;       /* tcp_echo: M round trips per connection */
     uint64_t tcp_size;       /* tcp_echo: bytes per message */
+    uint64_t tcp_busy;       /* tcp_echo: CPU-bound tasks running beside the server */
     const char *echo_client; /* tcp_echo: path of asyncrt-echo-client */
 };
 
@@ -1144,15 +1145,44 @@ static double echo_field(const char *line, const char *name)
     fail("tcp_echo: no %s= in the client's output: '%s'", name, line);
 }
 
+/* --tcp-busy: tasks that keep every worker busy with CPU work (50 us per
+ * poll, then a yield) while the server answers, to measure how long ready
+ * sockets wait when no worker is idle. Not part of the specified workload. */
+static atomic_bool g_busy_stop;
+
+static rt_poll busy_task_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)out;
+    if (atomic_load_explicit(&g_busy_stop, memory_order_relaxed))
+        return RT_READY;
+    int64_t until = rt_now_ns() + 50000;
+    while (rt_now_ns() < until)
+        ;
+    rt_waker_wake_by_ref(rt_context_waker(cx));
+    return RT_PENDING;
+}
+
 static struct rep_result run_tcp_echo(rt_runtime *rt, const struct params *p)
 {
     struct rep_result res = {.tasks_spawned = 1}; /* the acceptor */
     uint64_t conns = 0;
     struct echo_server server = echo_server_start(rt, 0, &conns);
+    rt_task *busy[64];
+    atomic_store(&g_busy_stop, false);
+    for (uint64_t i = 0; i < p->tcp_busy; i++) {
+        int err = rt_spawn(rt, busy_task_poll, NULL, NULL, 0, &busy[i]);
+        if (err < 0)
+            fail("tcp_echo: rt_spawn (busy task): %s", rt_strerror(err));
+    }
     char line[512];
     run_echo_client(p, server.port, line, sizeof line);
+    atomic_store(&g_busy_stop, true);
+    for (uint64_t i = 0; i < p->tcp_busy; i++)
+        if (rt_task_wait(busy[i], -1, NULL) < 0)
+            fail("tcp_echo: a busy task did not finish");
     echo_server_stop(&server);
-    res.tasks_spawned += conns;
+    res.tasks_spawned += conns + p->tcp_busy;
 
     if (strncmp(line, "echo ", 5) != 0)
         fail("tcp_echo: unexpected output from the client: '%s'", line);
@@ -1371,6 +1401,8 @@ static const char USAGE[] =
     "  --tcp-conns C          tcp_echo: connections (default 64)\n"
     "  --tcp-msgs M           tcp_echo: round trips per connection (default 10000)\n"
     "  --tcp-size S           tcp_echo: bytes per message (default 64)\n"
+    "  --tcp-busy N           tcp_echo: N tasks keep the workers busy meanwhile, 50 us\n"
+    "                         of CPU per poll (default 0; not the specified workload)\n"
     "  --echo-client PATH     tcp_echo: the load generator (default: the\n"
     "                         asyncrt-echo-client next to this program)\n"
     "  --echo-server PORT     only serve echo on 127.0.0.1:PORT (0: any free\n"
@@ -1469,6 +1501,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_TCP_CONNS,
         OPT_TCP_MSGS,
         OPT_TCP_SIZE,
+        OPT_TCP_BUSY,
         OPT_ECHO_CLIENT,
         OPT_ECHO_SERVER,
         OPT_REP_TIMEOUT,
@@ -1491,6 +1524,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"tcp-conns", required_argument, NULL, OPT_TCP_CONNS},
         {"tcp-msgs", required_argument, NULL, OPT_TCP_MSGS},
         {"tcp-size", required_argument, NULL, OPT_TCP_SIZE},
+        {"tcp-busy", required_argument, NULL, OPT_TCP_BUSY},
         {"echo-client", required_argument, NULL, OPT_ECHO_CLIENT},
         {"echo-server", required_argument, NULL, OPT_ECHO_SERVER},
         {"rep-timeout", required_argument, NULL, OPT_REP_TIMEOUT},
@@ -1569,6 +1603,9 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_TCP_SIZE:
             o->params.tcp_size = parse_count("--tcp-size", optarg, 1, 1u << 20);
+            break;
+        case OPT_TCP_BUSY:
+            o->params.tcp_busy = parse_count("--tcp-busy", optarg, 0, 64);
             break;
         case OPT_ECHO_CLIENT:
             o->params.echo_client = optarg;

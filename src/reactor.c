@@ -284,28 +284,18 @@ static int reactor_wait(rt__reactor *r, struct epoll_event *events, const struct
     return epoll_wait(r->epfd, events, RT_REACTOR_EVENTS, timeout_ms);
 }
 
-/* The reactor runs under SCHED_BATCH: woken by an event, it does not
- * preempt a running worker, but waits for one to park or for the end of its
- * time slice, and then finds a bigger batch. Under SCHED_OTHER every packet
- * on a busy two-core machine woke it into a preemption and back, twice the
- * context switches per batch: tcp_echo ran 6-17% faster under SCHED_BATCH
- * (ten alternating rounds), with p99 round trips of 0.75-2.4 ms against
- * 0.84-1.09 ms (Tokio's: 4.2 ms). A timer's deadline is not left to the
- * scheduler: workers yield to a reactor overdue by 0.5 ms (reactor.h).
- * Any thread may set SCHED_BATCH for itself; should it fail, the reactor
- * runs as it is. */
-static void enter_batch_scheduling(void)
-{
-    struct sched_param param = {.sched_priority = 0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
-}
-
+/* The reactor runs under the default policy, SCHED_OTHER. SCHED_BATCH was
+ * tried: an event then no longer made it preempt a busy worker, and the
+ * echo benchmark, whose workers park often, ran 6-17% faster on two cores.
+ * But with the workers busy on CPU-bound tasks (four tasks spinning 50 us
+ * per poll beside 4 echo connections) the reactor waited for the end of a
+ * time slice before every batch: round trips took p50 3 ms instead of
+ * 10 us. */
 static void *reactor_main(void *arg)
 {
     rt_runtime *rt = arg;
     rt__reactor *r = &rt->reactor;
     struct epoll_event events[RT_REACTOR_EVENTS];
-    enter_batch_scheduling();
     rt__wake_batch *batch = malloc(sizeof(*batch));
     if (batch == NULL)
         return NULL; /* rt__reactor_start checked this allocation can succeed */
