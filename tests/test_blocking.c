@@ -835,6 +835,11 @@ Test(blocking, a_thread_that_cannot_be_created_is_an_error_not_a_hang)
     cr_log_info("skipped under a sanitizer");
 #else
     rt_runtime *rt = new_runtime_blocking(1, 4, 0, 0);
+    /* The runtime's threads map their malloc arenas as they start (glibc
+     * maps twice the size, then unmaps the excess): measured during that,
+     * the address space would shrink again under the limit and leave room
+     * for a thread. Once the worker is parked, they have all started. */
+    cr_assert(wait_all_workers_parked(rt), "the worker never parked");
     /* No pool thread exists yet. Leave no room for a thread's stack: the
      * pool's pthread_create fails, and with no thread to take the job the
      * spawn must say so rather than queue a job nobody will ever run. */
