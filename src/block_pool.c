@@ -302,8 +302,32 @@ uint32_t rt__block_pool_spare_slabs(void)
     return rt__load_relaxed_u32(&pool.spare);
 }
 
+/* fork() copies the pool's mutex as it is: if a worker of the parent held
+ * it at that instant, the child's first runtime would wait on it for ever.
+ * The forking thread takes it before the fork and both processes release
+ * it after, as malloc does with its own locks. */
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+
+static void register_fork_handlers(void)
+{
+    /* Fails only without memory; then a fork at the wrong instant can hang
+     * the child, as before the handlers existed. */
+    (void)pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 void rt__block_pool_attach(void)
 {
+    pthread_once(&fork_handlers_once, register_fork_handlers);
     pthread_mutex_lock(&pool.lock);
     pool.runtimes++;
     pthread_mutex_unlock(&pool.lock);

@@ -92,7 +92,8 @@ void rt__block_pool_trim(uint32_t keep);
 uint32_t rt__block_pool_spare_slabs(void);
 
 /* A runtime starts or stops using the pool: with none left, every wholly
- * free slab is released at once. */
+ * free slab is released at once. The first attach also registers fork
+ * handlers, so that a child never inherits the pool's mutex locked. */
 void rt__block_pool_attach(void);
 void rt__block_pool_detach(void);
 

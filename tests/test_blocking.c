@@ -812,6 +812,7 @@ Test(blocking, a_job_writing_to_a_closed_pipe_gets_epipe_whoever_spawned_it)
     finish_runtime(rt, 0);
 }
 
+#if !defined(TEST_HAVE_LSAN) && !defined(TEST_HAVE_TSAN)
 /* Reads VmSize from /proc/self/status, in bytes (0 if unreadable). */
 static unsigned long long vm_size_bytes(void)
 {
@@ -826,6 +827,7 @@ static unsigned long long vm_size_bytes(void)
     fclose(f);
     return kb * 1024;
 }
+#endif
 
 Test(blocking, a_thread_that_cannot_be_created_is_an_error_not_a_hang)
 {

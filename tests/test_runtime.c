@@ -21,7 +21,10 @@
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Seconds any wait for an event may take before the test reports a hang. */
 #define EVENT_DEADLINE_S 30
@@ -630,4 +633,87 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
      * "no limit", not as a deadline in the past. */
     cr_assert_eq(rt_task_wait(t, INT64_MAX, NULL), 0);
     finish_runtime(rt, 0);
+}
+
+/* ---- fork ------------------------------------------------------------------- */
+
+/* Task blocks come from one pool per process, guarded by one mutex
+ * (src/block_pool.c). A fork while a worker holds that mutex must not leave
+ * it locked in the child, or the child's first runtime would hang on its
+ * first spawn. Here workers churn blocks while the main thread forks, and
+ * every child runs a runtime of its own. */
+static atomic_bool churn_stop;
+
+struct churner {
+    rt_coro co;
+};
+
+static rt_poll churn_child_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)cx;
+    (void)out;
+    return RT_READY;
+}
+
+static rt_poll churn_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)out;
+    if (atomic_load(&churn_stop))
+        return RT_READY;
+    for (int i = 0; i < 300; i++)
+        rt_spawn(NULL, churn_child_poll, NULL, NULL, 0, NULL);
+    rt_waker_wake_by_ref(rt_context_waker(cx));
+    return RT_PENDING;
+}
+
+#define FORK_CHILDREN 60
+
+static void child_runs_its_own_runtime(void)
+{
+    alarm(20); /* a hang ends the child with SIGALRM, which the parent sees */
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    rt_runtime *rt;
+    if (rt_runtime_new(&cfg, &rt) < 0)
+        _exit(2);
+    for (int i = 0; i < 1000; i++)
+        if (rt_spawn(rt, churn_child_poll, NULL, NULL, 0, NULL) < 0)
+            _exit(3);
+    if (rt_runtime_shutdown(rt) < 0 || rt_runtime_free(rt) < 0)
+        _exit(4);
+    _exit(0);
+}
+
+Test(runtime, a_child_forked_while_workers_allocate_runs_its_own_runtime)
+{
+#ifdef TEST_HAVE_TSAN
+    /* ThreadSanitizer does not support starting threads after a fork of a
+     * multi-threaded process. */
+    cr_log_info("skipped under ThreadSanitizer");
+#else
+    rt_runtime *rt = new_runtime(2);
+    atomic_store(&churn_stop, false);
+    rt_task *churners[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(rt_spawn(rt, churn_poll, NULL, NULL, 0, &churners[i]), 0);
+    for (int i = 0; i < FORK_CHILDREN; i++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+            child_runs_its_own_runtime();
+        int status = 0;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child %d: %s %d (SIGALRM %d: it hung)", i,
+                  WIFEXITED(status) ? "exit status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), SIGALRM);
+    }
+    atomic_store(&churn_stop, true);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(rt_task_wait(churners[i], -1, NULL), 0);
+    finish_runtime(rt, 0);
+#endif
 }
