@@ -17,6 +17,10 @@ static void give_back(rt__magazine *m)
 
 void rt__block_cache_clear(rt__block_cache *c)
 {
+    /* A zeroed cache was never initialised (rt_runtime_new failed before
+     * reaching it) and holds nothing. */
+    if (c->loaded == NULL)
+        return;
     give_back(c->loaded);
     give_back(c->spare);
 }

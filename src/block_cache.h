@@ -47,7 +47,8 @@ typedef struct rt__block_cache {
 } rt__block_cache;
 
 void rt__block_cache_init(rt__block_cache *c);
-/* Gives both magazines back to the pool. */
+/* Gives both magazines back to the pool. A zeroed, never initialised cache
+ * is accepted and holds nothing. */
 void rt__block_cache_clear(rt__block_cache *c);
 /* Blocks the cache holds. */
 static inline uint32_t rt__block_cache_count(const rt__block_cache *c)

@@ -19,6 +19,7 @@
  * An idle reactor sleeps in epoll with no timeout: 0% CPU. */
 #include "reactor.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -41,6 +42,10 @@
 
 /* data.ptr of the eventfd's registration: never a valid rt_io. */
 static char wakefd_marker;
+
+/* Set once by the first ENOSYS from epoll_pwait2 (see reactor_wait); read
+ * relaxed: it only ever goes from 0 to 1. */
+static int no_pwait2;
 
 uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns)
 {
@@ -104,7 +109,10 @@ bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns)
     if (until == 0 || until == UINT64_MAX)
         return false;
     int64_t wake_ns = r->epoch_ns + (int64_t)(until * RT__TIMER_TICK_NS);
-    return now_ns - wake_ns >= RT__REACTOR_OVERDUE_NS;
+    /* Without epoll_pwait2 the timeout is rounded up to a whole
+     * millisecond, so the reactor may rightly sleep that much longer. */
+    int64_t allowance = __atomic_load_n(&no_pwait2, __ATOMIC_RELAXED) ? 1000000 : 0;
+    return now_ns - wake_ns >= RT__REACTOR_OVERDUE_NS + allowance;
 }
 
 bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, int64_t slack_ns)
@@ -269,7 +277,6 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts, enum commands_left l
  * reactor would spin on the error. */
 static int reactor_wait(rt__reactor *r, struct epoll_event *events, const struct timespec *ts)
 {
-    static int no_pwait2; /* set once by the first ENOSYS; read relaxed */
     if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
         int n = epoll_pwait2(r->epfd, events, RT_REACTOR_EVENTS, ts, NULL);
         if (n >= 0 || errno != ENOSYS)
@@ -430,8 +437,12 @@ void rt__reactor_stop(rt_runtime *rt)
     /* Tasks' futures have all been dropped by now (shutdown cancelled the
      * tasks); sleeps polled by hand may still hold their timers, which
      * rt__timer_release_at_stop leaves to them after waking their wakers. */
-    while (take_commands(r) == COMMANDS_MORE)
+    enum commands_left left;
+    while ((left = take_commands(r)) == COMMANDS_MORE)
         ;
+    /* The gate is closed and empty: no producer is half way. */
+    assert(left == COMMANDS_NONE);
+    (void)left;
     rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
     free_released(r);
     if (r->wakefd >= 0)

@@ -97,14 +97,11 @@ bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick
 /* Timer commands a worker collects before handing them to the reactor in
  * one splice: arming a hundred thousand sleeps from two workers otherwise
  * makes both exchange the command queue's tail cache line once per timer.
- * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus the next
- * RT__TIMER_BATCH_CHECK_POLLS polls on its worker (the age is read only that
- * often), and only commands due no sooner than RT__TIMER_BATCH_SLACK_NS wait
- * at all, so batching makes no timer late while polls stay under 300 us (a
- * poll that runs longer holds up every task queued on its worker anyway). */
+ * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus the poll in
+ * progress, and only commands due no sooner than RT__TIMER_BATCH_SLACK_NS
+ * wait at all, so batching never makes a timer late. */
 #define RT__TIMER_BATCH 64
 #define RT__TIMER_BATCH_WAIT_NS 500000
-#define RT__TIMER_BATCH_CHECK_POLLS 8
 #define RT__TIMER_BATCH_SLACK_NS 3000000
 struct rt__worker;
 /* Hands the worker's batch to the reactor (one splice, one kick check).

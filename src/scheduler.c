@@ -180,9 +180,9 @@ static bool still_sleeping(rt__worker *w)
     return sleeping;
 }
 
-/* Returns idle memory to malloc: the worker's magazines go back to the block
- * pool, which then releases its wholly free slabs down to a couple. Foreign
- * shards keep theirs (two magazines each). */
+/* Returns idle memory to the kernel: the worker's magazines go back to the
+ * block pool, which then decommits its wholly free slabs down to a couple.
+ * Foreign shards keep theirs (two magazines each). */
 static void trim_caches(rt__worker *w)
 {
     rt__block_cache_clear(&w->cache);
@@ -214,8 +214,8 @@ static void park_worker(rt__worker *w)
     rt__stat_add(&w->stats.parks, 1);
     for (;;) {
         /* A worker holding many cached task blocks wakes once after a long
-         * idle moment to give them back to malloc; otherwise it sleeps until
-         * woken: an idle runtime uses no CPU. */
+         * idle moment to give them back (see trim_caches); otherwise it
+         * sleeps until woken: an idle runtime uses no CPU. */
         bool trim = holds_idle_memory(w);
         bool woken = rt__parker_park(&w->parker, trim ? RT__BLOCK_CACHE_IDLE_NS : -1);
         if (rt__load_acquire_u32(&rt->closing))
@@ -649,10 +649,13 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             transition_from_searching(w);
             rt__task_run(w, t);
-            /* The batch's age is read every RT__TIMER_BATCH_CHECK_POLLS
-             * polls: reading the clock after every poll was 4% of the
-             * timers benchmark's CPU time. */
-            if (w->timer_batch_len > 0 && w->tick % RT__TIMER_BATCH_CHECK_POLLS == 0 &&
+            /* The batch's age is read after every poll while a batch waits.
+             * Reading it every 8 polls saved 2-3 ms of the timers benchmark,
+             * but let a batched sleep wait 0.5 ms plus 8 polls: beside a
+             * task polling 1 ms at a time, 3.5 ms sleeps were late by
+             * 1.7 ms on average instead of 0.23 ms (an independent review's
+             * measurement). */
+            if (w->timer_batch_len > 0 &&
                 rt__now_ns() - w->timer_batch_since >= RT__TIMER_BATCH_WAIT_NS)
                 rt__timer_batch_flush(w);
             if (w->announce_after_poll) {

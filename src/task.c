@@ -21,7 +21,7 @@ static inline void *task_future_state(rt_task *t)
 void rt__task_recycle(rt__block_cache *cache, rt_task *t)
 {
     /* Never touches t->rt: the runtime may already be freed. The flags are
-     * read before the block cache reuses the header's first bytes. */
+     * read before the block goes back (and, under ASan, is poisoned). */
     uint64_t s = rt__load_relaxed_u64(&t->state);
     if (s & RT__TASK_SMALL) {
         rt__block_free(cache, t);

@@ -34,8 +34,7 @@ RT_EXPORT int64_t rt_now_ns(void)
  * is a task block, so any of them may go to any cache.
  *
  * Pool blocks are aligned to their size, so the timer is the block's second
- * line: the first line's first word stays free for the cache's link, and the
- * block is found again by subtracting a line. */
+ * line, and the block is found again by subtracting a line. */
 _Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
 _Static_assert(RT__TASK_SMALL_BLOCK == 2 * RT_CACHELINE, "a block is two lines");
 
