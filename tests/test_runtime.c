@@ -644,18 +644,6 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
  * every child runs a runtime of its own. */
 static atomic_bool churn_stop;
 
-struct churner {
-    rt_coro co;
-};
-
-static rt_poll churn_child_poll(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    (void)out;
-    return RT_READY;
-}
-
 static rt_poll churn_poll(void *state, rt_context *cx, void **out)
 {
     (void)state;
@@ -663,7 +651,7 @@ static rt_poll churn_poll(void *state, rt_context *cx, void **out)
     if (atomic_load(&churn_stop))
         return RT_READY;
     for (int i = 0; i < 300; i++)
-        rt_spawn(NULL, churn_child_poll, NULL, NULL, 0, NULL);
+        rt_spawn(NULL, trivial_poll, NULL, NULL, 0, NULL);
     rt_waker_wake_by_ref(rt_context_waker(cx));
     return RT_PENDING;
 }
@@ -680,7 +668,7 @@ static void child_runs_its_own_runtime(void)
     if (rt_runtime_new(&cfg, &rt) < 0)
         _exit(2);
     for (int i = 0; i < 1000; i++)
-        if (rt_spawn(rt, churn_child_poll, NULL, NULL, 0, NULL) < 0)
+        if (rt_spawn(rt, trivial_poll, NULL, NULL, 0, NULL) < 0)
             _exit(3);
     if (rt_runtime_shutdown(rt) < 0 || rt_runtime_free(rt) < 0)
         _exit(4);
