@@ -110,6 +110,10 @@ static inline void rt__store_release_u32(uint32_t *p, uint32_t v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
+static inline void rt__store_seq_cst_u32(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+}
 static inline uint32_t rt__fas_u32(uint32_t *p, uint32_t v)
 {
     return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
@@ -230,6 +234,13 @@ static inline void rt__store_release_u32(uint32_t *p, uint32_t v)
 {
     ck_pr_fence_release();
     ck_pr_store_32(p, v);
+}
+/* Release store followed by a StoreLoad fence, as rt__store_seq_cst_u64. */
+static inline void rt__store_seq_cst_u32(uint32_t *p, uint32_t v)
+{
+    ck_pr_fence_release();
+    ck_pr_store_32(p, v);
+    ck_pr_fence_store_load();
 }
 static inline uint32_t rt__fas_u32(uint32_t *p, uint32_t v)
 {

@@ -93,6 +93,7 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
      * this load cannot see a sleep published before it that missed the push. */
     if (deadline_tick >= rt__load_seq_cst_u64(&r->sleeping_until_tick))
         return;
+    RT__DEBUG_YIELD(); /* the reactor may wake and read the eventfd here */
     if (rt__fas_u32(&r->kick_pending, 1) != 0)
         return; /* a kick is already on its way */
     uint64_t one = 1;
@@ -332,10 +333,24 @@ static void *reactor_main(void *arg)
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == &wakefd_marker) {
+                /* Read the counter first, then let kicks through again.
+                 * The other order lost wake-ups: a kicker that had read
+                 * `sleeping_until_tick` while we slept could set
+                 * kick_pending between our clear and our read and write
+                 * the eventfd; the read then consumed its write, so the
+                 * edge it raised was reported with nothing to read (and
+                 * dropped), and kick_pending stayed 1 with no kick on its
+                 * way: every later kick was skipped, and the reactor slept
+                 * for good with commands queued. The clear is a seq_cst
+                 * store: a kicker whose exchange saw 1 (and so skipped its
+                 * write) enqueued its command before that exchange, and
+                 * the command is visible to the loads that follow (the
+                 * next take_commands and sleep_spec's re-check). */
                 uint64_t count;
-                rt__store_release_u32(&r->kick_pending, 0);
                 ssize_t got = read(r->wakefd, &count, sizeof count);
                 (void)got;
+                RT__DEBUG_YIELD(); /* a kicker may exchange right here */
+                rt__store_seq_cst_u32(&r->kick_pending, 0);
                 continue;
             }
             rt__tsan_acquire(ptr); /* pairs with rt__io_adopt's release */

@@ -642,6 +642,7 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
  * it locked in the child, or the child's first runtime would hang on its
  * first spawn. Here workers churn blocks while the main thread forks, and
  * every child runs a runtime of its own. */
+#ifndef TEST_HAVE_TSAN
 static atomic_bool churn_stop;
 
 static rt_poll churn_poll(void *state, rt_context *cx, void **out)
@@ -674,6 +675,7 @@ static void child_runs_its_own_runtime(void)
         _exit(4);
     _exit(0);
 }
+#endif
 
 Test(runtime, a_child_forked_while_workers_allocate_runs_its_own_runtime)
 {
