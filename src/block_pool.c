@@ -7,7 +7,6 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,10 +23,11 @@
  * but the first go back to the kernel with MADV_DONTNEED) and reused before
  * a new one is carved. Unmapping single slabs would split the region's
  * mapping, and a fragmented heap could then reach the kernel's limit on
- * mappings (vm.max_map_count, 65,530 by default). Slabs from aligned_alloc, freed to glibc when
- * released, made a million sleeping tasks take 55% longer to spawn: glibc
- * trimmed the threads' heaps and unmapped memory after every few slabs, and
- * each unmap interrupted the other CPU to flush its TLB. */
+ * mappings (vm.max_map_count, 65,530 by default). Slabs from aligned_alloc,
+ * freed to glibc when released, made a million sleeping tasks take 55%
+ * longer to spawn: glibc trimmed the threads' heaps and unmapped memory
+ * after every few slabs, and each unmap interrupted the other CPU to flush
+ * its TLB. */
 #define REGION_SIZE (2u << 20)
 
 /* The header, in a slab's first block, which stays resident while the slab

@@ -160,7 +160,7 @@ void rt__task_run(struct rt__worker *w, rt_task *t);
 /* Tasks whose header and state fit this many bytes are allocated as blocks
  * of exactly this size from a block cache (block_cache.h): spawning and
  * freeing tasks is the hot path of every spawn-heavy program, and a private
- * LIFO list of equal blocks beats malloc's bins there. */
+ * LIFO magazine of equal blocks beats malloc's bins there. */
 #define RT__TASK_SMALL_BLOCK 128
 _Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
 
@@ -301,6 +301,17 @@ extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exe
 static inline rt__worker *rt__worker_current(void)
 {
     return rt__tls_worker;
+}
+
+/* The reactor thread's block cache while it runs, else NULL (reactor.c). */
+extern __thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
+
+/* The block cache of the calling thread: its worker's, the reactor's, or
+ * NULL for any other thread (which then uses the block pool directly). */
+static inline rt__block_cache *rt__current_block_cache(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? &w->cache : rt__tls_reactor_cache;
 }
 
 /* ---- Runtime ------------------------------------------------------------*/

@@ -653,8 +653,7 @@ void *rt__worker_main(void *arg)
              * Reading it every 8 polls saved 2-3 ms of the timers benchmark,
              * but let a batched sleep wait 0.5 ms plus 8 polls: beside a
              * task polling 1 ms at a time, 3.5 ms sleeps were late by
-             * 1.7 ms on average instead of 0.23 ms (an independent review's
-             * measurement). */
+             * 1.7 ms on average instead of 0.23 ms. */
             if (w->timer_batch_len > 0 &&
                 rt__now_ns() - w->timer_batch_since >= RT__TIMER_BATCH_WAIT_NS)
                 rt__timer_batch_flush(w);

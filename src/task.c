@@ -93,9 +93,8 @@ void rt__task_unref(rt_task *t, uint64_t n)
      * happens before the free by whoever drops the last reference. */
     uint64_t prev = rt__faa_u64(&t->state, (uint64_t)0 - n * RT__TASK_REF_ONE);
     if (refcount(prev) == n) {
-        /* Any worker's cache may take any block; elsewhere, to the pool. */
-        rt__worker *w = rt__worker_current();
-        rt__task_recycle(w != NULL ? &w->cache : NULL, t);
+        /* Any thread's cache may take any block; elsewhere, to the pool. */
+        rt__task_recycle(rt__current_block_cache(), t);
     }
 }
 

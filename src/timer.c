@@ -26,8 +26,9 @@ RT_EXPORT int64_t rt_now_ns(void)
 /* ---- Memory ------------------------------------------------------------------
  *
  * A timer lives in a small task block (RT__TASK_SMALL_BLOCK = 128 bytes): on a
- * worker the block comes from and goes back to its block cache, like a task's,
- * and elsewhere straight from and to the block pool. Every sleep allocates
+ * worker or the reactor thread the block comes from and goes back to that
+ * thread's block cache, like a task's, and elsewhere straight from and to
+ * the block pool. Every sleep allocates
  * one and frees it when it ends, and malloc's fast bins overflow when 100,000
  * sleeps are armed before any ends (callgrind counted 490 of about 2,200
  * instructions per sleeping task in that malloc and free). Every timer block
@@ -38,21 +39,15 @@ RT_EXPORT int64_t rt_now_ns(void)
 _Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
 _Static_assert(RT__TASK_SMALL_BLOCK == 2 * RT_CACHELINE, "a block is two lines");
 
-static rt__block_cache *current_cache(void)
-{
-    rt__worker *w = rt__worker_current();
-    return w != NULL ? &w->cache : NULL;
-}
-
 static rt__timer *timer_alloc(void)
 {
-    char *block = rt__block_alloc(current_cache());
+    char *block = rt__block_alloc(rt__current_block_cache());
     return block != NULL ? (rt__timer *)(block + RT_CACHELINE) : NULL;
 }
 
 static void timer_free(rt__timer *t)
 {
-    rt__block_free(current_cache(), (char *)t - RT_CACHELINE);
+    rt__block_free(rt__current_block_cache(), (char *)t - RT_CACHELINE);
 }
 
 static void timer_unref(rt__timer *t, uint32_t n)
