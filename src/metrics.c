@@ -47,6 +47,9 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
     snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);
     rt__blocking_pool_stats(rt->blocking, &snap.blocking_threads, &snap.blocking_jobs);
     snap.blocking_abandoned = rt__load_relaxed_u64(&rt->blocking_abandoned);
+    snap.reactor_turns = rt__load_relaxed_u64(&rt->reactor.turns);
+    snap.reactor_io_events = rt__load_relaxed_u64(&rt->reactor.io_events);
+    snap.reactor_naps = rt__load_relaxed_u64(&rt->reactor.naps);
     /* Counters are read one after another, so a running runtime can show a
      * task finished before its spawn is counted: clamp. */
     uint64_t finished = snap.completed + snap.cancelled;
@@ -81,6 +84,9 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
     fprintf(out, "blocking pool: %llu threads, %llu jobs, %llu abandoned at shutdown\n",
             (unsigned long long)m.blocking_threads, (unsigned long long)m.blocking_jobs,
             (unsigned long long)m.blocking_abandoned);
+    fprintf(out, "reactor: %llu turns, %llu descriptor events, %llu naps\n",
+            (unsigned long long)m.reactor_turns, (unsigned long long)m.reactor_io_events,
+            (unsigned long long)m.reactor_naps);
     fprintf(out, "%-7s %12s %10s %12s %10s %8s %8s %10s %7s %8s\n", "worker", "polls", "steals",
             "steal_tries", "inj_batch", "parks", "unparks", "deque_max", "spills", "r_yields");
     for (unsigned i = 0; i < rt->nworkers; i++) {

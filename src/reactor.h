@@ -34,6 +34,7 @@ struct rt__timer;
 typedef struct rt__reactor {
     int epfd;              /* the epoll instance */
     int wakefd;            /* eventfd: a write wakes the reactor */
+    int napfd;             /* a second epoll instance, holding only wakefd: naps wait on it */
     pthread_t thread;      /* the reactor thread */
     bool running;          /* the thread was started and not joined yet */
     int64_t epoch_ns;      /* rt_now_ns() at start: tick 0 of the wheel */
@@ -50,6 +51,9 @@ typedef struct rt__reactor {
     RT_ALIGNED_CACHELINE uint64_t sleeping_until_tick;
     /* 1 while an eventfd write is pending: kicks are not repeated. */
     uint32_t kick_pending;
+    /* 1 while the reactor naps, or is about to (see "Naps" in reactor.c):
+     * a worker that parks then kicks it. */
+    uint32_t napping;
     /* Set by rt__reactor_stop. */
     uint32_t stopping;
     /* Threads other than the runtime's workers inside
@@ -67,6 +71,12 @@ typedef struct rt__reactor {
      * (the reactor may hold an event naming one from epoll_wait). */
     pthread_mutex_t release_lock;
     struct rt_io *release_list;
+
+    /* Counters for rt_metrics_read: stored by the reactor thread only,
+     * relaxed (a snapshot may be a turn behind). */
+    uint64_t turns;     /* epoll waits returned from */
+    uint64_t io_events; /* descriptor events (not kicks) they reported */
+    uint64_t naps;      /* naps taken */
 } rt__reactor;
 
 /* Starts the reactor of `rt` (epoll, eventfd, thread). Returns 0 or -errno. */
@@ -77,6 +87,11 @@ void rt__reactor_stop(rt_runtime *rt);
 
 /* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
 void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
+
+/* Ends the reactor's nap, if it naps. Called by a worker of the runtime
+ * right after it announced itself parked (a full barrier; see "Naps" in
+ * reactor.c for the pairing). */
+void rt__reactor_end_nap(rt__reactor *r);
 
 /* Whether the reactor should have woken up at least RT__REACTOR_OVERDUE_NS
  * before `now_ns` (rt_now_ns()) and has not run since: then it is waiting

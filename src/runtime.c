@@ -21,6 +21,7 @@ RT_EXPORT void rt_config_init(rt_config *cfg)
     cfg->blocking_threads = 512;
     cfg->blocking_idle_ns = 10 * 1000000000LL;
     cfg->blocking_shutdown_ns = 10 * 1000000000LL;
+    cfg->reactor_nap_ns = 500000;
 }
 
 RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
@@ -117,7 +118,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     if (cfg == NULL)
         cfg = &defaults;
     if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0 ||
-        cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0)
+        cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0)
         return -EINVAL;
 
     rt_runtime *rt = aligned_alloc(RT_CACHELINE, sizeof(*rt));

@@ -402,6 +402,10 @@ void rt__schedule(rt_task *t);
  * workers woken. */
 void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
 
+/* Whether no worker of `rt` is parked or announcing its park (a seq_cst
+ * snapshot of the idle word; the reactor's nap check). */
+bool rt__every_worker_unparked(rt_runtime *rt);
+
 /* Wakes (consumes) *w. When it is the waker of a task of `rt` that must be
  * scheduled, returns the task (with its queue reference) for the caller to
  * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */

@@ -70,6 +70,13 @@ static inline uint32_t idle_unparked(uint64_t s)
     return (uint32_t)(s >> 32);
 }
 
+bool rt__every_worker_unparked(rt_runtime *rt)
+{
+    /* Seq_cst: the second half of the reactor's Dekker pair with parking
+     * workers (reactor.c, "Naps"). */
+    return idle_unparked(rt__load_seq_cst_u64(&rt->idle_state)) == rt->nworkers;
+}
+
 /* True when some queue of the runtime holds a task (a snapshot). */
 static bool work_visible(rt_runtime *rt)
 {
@@ -203,6 +210,10 @@ static void park_worker(rt__worker *w)
     assert(w->deferred_head == NULL && w->lifo == NULL && w->local_head == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
+    /* A napping reactor bet that busy workers need no new events yet; this
+     * one is not busy any more. The announcement's RMW was the barrier that
+     * pairs with the reactor's (reactor.c, "Naps"). */
+    rt__reactor_end_nap(&rt->reactor);
     RT__DEBUG_YIELD(); /* a producer may push right here */
     /* The RMW above was a full barrier: now re-check what producers may have
      * pushed before they could see us parked. */

@@ -990,6 +990,168 @@ Test(io, read_returns_0_once_the_write_end_is_closed)
     finish_runtime(rt, 0);
 }
 
+/* ---- the reactor's nap ends when a worker parks ----------------------------- */
+
+/* Pipes written in one burst, so that a reactor turn collects several events. */
+#define NAP_PIPES 8
+/* Rounds at most before the test gives up waiting for the reactor to nap. */
+#define NAP_ROUNDS_MAX 300
+
+/* Every byte a nap reader reads. */
+static struct event nap_reads = EVENT_INIT;
+
+struct nap_reader {
+    rt_coro co;
+    rt_io *io;
+    ssize_t result;
+    unsigned char byte;
+};
+
+/* Reads one byte at a time until the end of the stream. */
+static rt_poll nap_reader_poll(void *state, rt_context *cx, void **out)
+{
+    struct nap_reader *s = state;
+    RT_CORO_BEGIN(&s->co);
+    for (;;) {
+        RT_AWAIT(&s->co, rt_io_read(s->io, cx, &s->byte, 1, &s->result));
+        if (s->result <= 0)
+            break;
+        event_signal(&nap_reads);
+    }
+    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    RT_CORO_END(&s->co, out);
+}
+
+struct nap_holder {
+    rt_runtime *rt;
+    uint64_t io_events; /* the reactor's event count to wait for */
+    uint64_t naps;      /* ... or its nap count */
+};
+
+/* Holds the only worker, busy, until the reactor has collected every event of
+ * the burst or has napped (holding the rest back): the reactor's turns see
+ * every worker busy meanwhile. Returns 0, or -ETIMEDOUT after 20 s. */
+static rt_poll nap_holder_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    const struct nap_holder *h = state;
+    int64_t give_up = rt_now_ns() + 20 * SEC;
+    for (;;) {
+        rt_metrics m;
+        cr_assert_eq(rt_metrics_read(h->rt, &m, sizeof m), 0);
+        if (m.reactor_io_events >= h->io_events || m.reactor_naps >= h->naps)
+            break;
+        if (rt_now_ns() > give_up) {
+            *out = (void *)(intptr_t)-ETIMEDOUT;
+            return RT_READY;
+        }
+    }
+    *out = NULL;
+    return RT_READY;
+}
+
+/* With naps as long as an hour, only a parking worker's kick ends them: if
+ * it is lost, the rest of a burst, or the next burst, is never collected.
+ * Each round holds the worker busy while a burst of single bytes arrives on
+ * NAP_PIPES pipes, then lets it run the readers and park. */
+Test(io, a_worker_that_parks_ends_the_reactors_nap)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.reactor_nap_ns = 3600 * SEC;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    int fds[NAP_PIPES][2];
+    rt_io *ends[NAP_PIPES];
+    rt_task *readers[NAP_PIPES];
+    for (int i = 0; i < NAP_PIPES; i++) {
+        make_pipe(fds[i]);
+        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
+        struct nap_reader r;
+        memset(&r, 0, sizeof r);
+        r.io = ends[i];
+        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
+    }
+    unsigned long bytes = 0;
+    uint64_t naps_verified = 0; /* naps followed by a whole round */
+    for (int round = 0; round < NAP_ROUNDS_MAX && naps_verified < 3; round++) {
+        rt_metrics m;
+        cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+        uint64_t naps_before = m.reactor_naps;
+        struct nap_holder h = {
+            .rt = rt, .io_events = m.reactor_io_events + NAP_PIPES, .naps = naps_before + 1};
+        rt_task *holder = NULL;
+        cr_assert_eq(RT_SPAWN(rt, nap_holder_poll, NULL, &h, &holder), 0);
+        for (int i = 0; i < NAP_PIPES; i++)
+            cr_assert_eq(write(fds[i][1], "x", 1), 1);
+        bytes += NAP_PIPES;
+        void *value = NULL;
+        cr_assert_eq(rt_task_wait(holder, WAIT_DEADLINE_NS, &value), 0);
+        rt_metrics after;
+        cr_assert_eq(rt_metrics_read(rt, &after, sizeof after), 0);
+        cr_assert_null(value,
+                       "round %d: the reactor neither collected the burst nor napped (events "
+                       "%llu -> %llu, naps %llu -> %llu)",
+                       round, (unsigned long long)m.reactor_io_events,
+                       (unsigned long long)after.reactor_io_events, (unsigned long long)naps_before,
+                       (unsigned long long)after.reactor_naps);
+        /* After a nap, the rest of the burst is collected only once the
+         * worker, out of work, ends the nap. */
+        cr_assert(event_wait_for(&nap_reads, bytes), "round %d: %lu of %lu bytes read", round,
+                  event_count(&nap_reads), bytes);
+        /* A worker that takes the next holder without parking first is
+         * busy, and the reactor rightly naps on: the round ends with the
+         * worker parked, which must have ended any nap. */
+        cr_assert(wait_all_workers_parked(rt), "round %d: the worker never parked", round);
+        naps_verified = naps_before;
+    }
+    cr_assert_geq(naps_verified, 1, "the reactor never napped in %d rounds", NAP_ROUNDS_MAX);
+    for (int i = 0; i < NAP_PIPES; i++) {
+        cr_assert_eq(close(fds[i][1]), 0);
+        void *value = (void *)1;
+        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq((intptr_t)value, 0, "reader %d: %ld", i, (long)(intptr_t)value);
+        cr_assert_eq(rt_io_close(ends[i]), 0);
+    }
+    finish_runtime(rt, 0);
+}
+
+/* With naps off, a busy worker never makes the reactor nap. */
+Test(io, a_reactor_nap_of_zero_turns_naps_off)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.reactor_nap_ns = 0;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    int fds[NAP_PIPES][2];
+    rt_io *ends[NAP_PIPES];
+    for (int i = 0; i < NAP_PIPES; i++) {
+        make_pipe(fds[i]);
+        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
+    }
+    rt_metrics m;
+    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+    struct nap_holder h = {.rt = rt, .io_events = m.reactor_io_events + NAP_PIPES, .naps = 1};
+    rt_task *holder = NULL;
+    cr_assert_eq(RT_SPAWN(rt, nap_holder_poll, NULL, &h, &holder), 0);
+    for (int i = 0; i < NAP_PIPES; i++)
+        cr_assert_eq(write(fds[i][1], "x", 1), 1);
+    void *value = NULL;
+    cr_assert_eq(rt_task_wait(holder, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_null(value, "the reactor did not collect the burst");
+    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+    cr_assert_eq(m.reactor_naps, 0);
+    cr_assert_geq(m.reactor_io_events, NAP_PIPES);
+    for (int i = 0; i < NAP_PIPES; i++) {
+        cr_assert_eq(rt_io_close(ends[i]), 0);
+        cr_assert_eq(close(fds[i][1]), 0);
+    }
+    finish_runtime(rt, 0);
+}
+
 /* ---- writing to a pipe nobody reads ------------------------------------------------- */
 
 struct epipe_writer {

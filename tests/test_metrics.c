@@ -498,6 +498,7 @@ Test(metrics, print_mentions_the_totals_and_one_line_per_worker)
     }
     cr_assert_not_null(strstr(text, "blocking pool: "), "the blocking pool is not printed:\n%s",
                        text);
+    cr_assert_not_null(strstr(text, "reactor: "), "the reactor is not printed:\n%s", text);
     int lines = 0;
     for (const char *p = text; *p != '\0'; p++)
         if (*p == '\n')

@@ -180,6 +180,20 @@ Test(runtime, runtime_new_with_injector_interval_zero_is_einval_and_starts_nothi
     cr_assert_eq(thread_count(), threads, "a failed rt_runtime_new left threads running");
 }
 
+Test(runtime, runtime_new_with_a_negative_reactor_nap_is_einval_and_starts_nothing)
+{
+    int threads = thread_count();
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cr_assert_eq(cfg.reactor_nap_ns, 500000, "the documented default");
+    cfg.workers = 2;
+    cfg.reactor_nap_ns = -1;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cr_assert_null(rt);
+    cr_assert_eq(thread_count(), threads, "a failed rt_runtime_new left threads running");
+}
+
 /* CPUs this process may run on, which bounds workers = 0 from above. */
 static unsigned usable_cpus(void)
 {

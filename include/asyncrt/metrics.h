@@ -47,6 +47,10 @@ typedef struct rt_metrics {
     uint64_t blocking_threads;   /* pool threads alive now */
     uint64_t blocking_jobs;      /* jobs accepted so far */
     uint64_t blocking_abandoned; /* jobs shutdown gave up waiting for */
+    /* The reactor thread. */
+    uint64_t reactor_turns;     /* epoll waits it returned from */
+    uint64_t reactor_io_events; /* descriptor events those waits reported */
+    uint64_t reactor_naps;      /* times it napped (rt_config.reactor_nap_ns) */
 } rt_metrics;
 
 /* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time

@@ -55,6 +55,15 @@ typedef struct rt_config {
      * detached) and counted in rt_metrics.blocking_abandoned. Jobs that have
      * not started are cancelled. < 0: wait for ever. Default 10 s. */
     int64_t blocking_shutdown_ns;
+    /* While every worker is busy, the reactor waits up to this long before
+     * it collects descriptor events again, instead of being woken by each
+     * event as it arrives: the workers could not run the woken tasks sooner,
+     * and on a machine with fewer cores than busy threads every such wake
+     * takes a CPU from them. A worker that runs out of work ends the wait at
+     * once, and timers still fire on time. The reactor naps so only after a
+     * batch of 2 or more events. 0 turns naps off (every event wakes the
+     * reactor, the behaviour before naps). >= 0. Default 500 us. */
+    int64_t reactor_nap_ns;
 } rt_config;
 
 /* Largest accepted rt_config.workers. */
