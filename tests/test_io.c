@@ -1050,18 +1050,25 @@ static rt_poll nap_holder_poll(void *state, rt_context *cx, void **out)
     return RT_READY;
 }
 
+/* A runtime with one worker and naps of `nap_ns`. */
+static rt_runtime *new_napping_runtime(int64_t nap_ns)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.reactor_nap_ns = nap_ns;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    return rt;
+}
+
 /* With naps as long as an hour, only a parking worker's kick ends them: if
  * it is lost, the rest of a burst, or the next burst, is never collected.
  * Each round holds the worker busy while a burst of single bytes arrives on
  * NAP_PIPES pipes, then lets it run the readers and park. */
 Test(io, a_worker_that_parks_ends_the_reactors_nap)
 {
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = 1;
-    cfg.reactor_nap_ns = 3600 * SEC;
-    rt_runtime *rt = NULL;
-    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    rt_runtime *rt = new_napping_runtime(3600 * SEC);
     int fds[NAP_PIPES][2];
     rt_io *ends[NAP_PIPES];
     rt_task *readers[NAP_PIPES];
@@ -1120,12 +1127,7 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
 /* With naps off, a busy worker never makes the reactor nap. */
 Test(io, a_reactor_nap_of_zero_turns_naps_off)
 {
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = 1;
-    cfg.reactor_nap_ns = 0;
-    rt_runtime *rt = NULL;
-    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    rt_runtime *rt = new_napping_runtime(0);
     int fds[NAP_PIPES][2];
     rt_io *ends[NAP_PIPES];
     for (int i = 0; i < NAP_PIPES; i++) {
