@@ -410,13 +410,15 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
     return true;
 }
 
+#ifdef RT_DEBUG_YIELD
 /* The debug window a test sees as the reactor wakes: whether it slept
  * towards a timer deadline (0 after a nap: it did not sleep). */
-static inline const char *woke_window(const rt__reactor *r)
+static const char *woke_window(const rt__reactor *r)
 {
     uint64_t until = rt__load_relaxed_u64(&r->sleeping_until_tick);
     return until != 0 && until != UINT64_MAX ? "reactor.woke_for_deadline" : "reactor.woke";
 }
+#endif
 
 /* The reactor runs under the default policy, SCHED_OTHER. SCHED_BATCH was
  * tried: an event then no longer made it preempt a busy worker, and the
