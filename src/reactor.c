@@ -372,8 +372,9 @@ static void take_kick(rt__reactor *r)
  * clearing the flag, awake and out of any nap; before its next nap it loads
  * the idle word again and sees the worker parked.
  *
- * A kick taken by the main wait leaves its edge queued in napfd: the next
- * nap then returns at once, a short nap and nothing worse. */
+ * A kick taken by the main wait leaves its edge queued in napfd. Linux
+ * polls a queued item again before it reports it and drops it when the
+ * eventfd is not readable, so the next nap goes on undisturbed. */
 
 /* A turn must collect at least this many descriptor events to nap after it. */
 #define RT_REACTOR_NAP_MIN_EVENTS 2
@@ -396,6 +397,15 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
         int64_t left = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         if (left < limit)
             limit = left;
+    }
+    /* No nap when commands wait (limit 0), nor once stopping: its workers
+     * gone, nobody would end it. The seq_cst load pairs with the seq_cst
+     * stores of rt__reactor_stop: a stop whose kick saw the reactor awake
+     * (`sleeping_until_tick` 0, before the publication above) is seen
+     * here; a later stop sees the published deadline and kicks. */
+    if (limit == 0 || rt__load_seq_cst_u32(&r->stopping)) {
+        rt__store_relaxed_u32(&r->napping, 0);
+        return false;
     }
     ts.tv_sec = (time_t)(limit / 1000000000);
     ts.tv_nsec = (long)(limit % 1000000000);
@@ -571,7 +581,8 @@ void rt__reactor_stop(rt_runtime *rt)
 {
     rt__reactor *r = &rt->reactor;
     if (r->running) {
-        rt__store_release_u32(&r->stopping, 1);
+        /* Seq_cst, for nap()'s check: see there. */
+        rt__store_seq_cst_u32(&r->stopping, 1);
         RT__DEBUG_WINDOW("reactor.stopping"); /* a held turn may go on now */
         rt__store_seq_cst_u64(&r->sleeping_until_tick, UINT64_MAX);
         rt__store_release_u32(&r->kick_pending, 0);

@@ -57,12 +57,14 @@ typedef struct rt_config {
     int64_t blocking_shutdown_ns;
     /* While every worker is busy, the reactor waits up to this long before
      * it collects descriptor events again, instead of being woken by each
-     * event as it arrives: the workers could not run the woken tasks sooner,
-     * and on a machine with fewer cores than busy threads every such wake
-     * takes a CPU from them. A worker that runs out of work ends the wait at
-     * once, and timers still fire on time. The reactor naps so only after a
+     * event as it arrives: on a machine with fewer cores than busy threads
+     * every such wake takes a CPU from a worker. A worker that runs out of
+     * work ends the wait at once, and timers still fire on time; the cost is
+     * that a task woken by an event during the wait is queued only when it
+     * ends, where a busy worker could have taken it at its next look at the
+     * queues (every injector_interval polls). The reactor naps only after a
      * batch of 2 or more events. 0 turns naps off (every event wakes the
-     * reactor, the behaviour before naps). >= 0. Default 500 us. */
+     * reactor at once). >= 0. Default 500 us. */
     int64_t reactor_nap_ns;
 } rt_config;
 
