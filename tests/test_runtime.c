@@ -656,7 +656,19 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
  * it locked in the child, or the child's first runtime would hang on its
  * first spawn. Here workers churn blocks while the main thread forks, and
  * every child runs a runtime of its own. */
-#ifndef TEST_HAVE_TSAN
+/* Neither sanitizer's runtime survives this. ThreadSanitizer does not support
+ * starting threads after a fork of a multi-threaded process, and GCC 12's
+ * AddressSanitizer allocator takes no lock around fork: a child forked while
+ * a parent thread refills its malloc cache inherits that size class's mutex
+ * locked. gdb on a hung child (2026-12-01, 7 of 8 runs on that day's
+ * machine) showed its worker and reactor both waiting on ASan's
+ * SizeClassAllocator64 region mutex inside calloc, with no asyncrt lock
+ * held. The plain build runs it; glibc's malloc is fork-safe. */
+#if !defined(TEST_HAVE_TSAN) && !defined(TEST_HAVE_LSAN)
+#define TEST_FORK_WITH_THREADS 1
+#endif
+
+#ifdef TEST_FORK_WITH_THREADS
 static atomic_bool churn_stop;
 
 static rt_poll churn_poll(void *state, rt_context *cx, void **out)
@@ -693,10 +705,8 @@ static void child_runs_its_own_runtime(void)
 
 Test(runtime, a_child_forked_while_workers_allocate_runs_its_own_runtime)
 {
-#ifdef TEST_HAVE_TSAN
-    /* ThreadSanitizer does not support starting threads after a fork of a
-     * multi-threaded process. */
-    cr_log_info("skipped under ThreadSanitizer");
+#ifndef TEST_FORK_WITH_THREADS
+    cr_skip_test("a sanitizer's runtime cannot fork while threads run (see above)");
 #else
     rt_runtime *rt = new_runtime(2);
     atomic_store(&churn_stop, false);
