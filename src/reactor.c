@@ -91,6 +91,17 @@ void rt__wake_batch_flush(rt__wake_batch *b)
 
 /* ---- Commands from other threads ---------------------------------------- */
 
+/* Writes the eventfd unless a kick is already on its way (kick_pending). */
+static void kick(rt__reactor *r)
+{
+    if (rt__fas_u32(&r->kick_pending, 1) != 0)
+        return;
+    uint64_t one = 1;
+    /* EAGAIN (counter full) still leaves it readable: the wake happens. */
+    ssize_t n = write(r->wakefd, &one, sizeof one);
+    (void)n;
+}
+
 void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
 {
     /* The caller's queue push was a full barrier (the enqueue's exchange):
@@ -98,12 +109,7 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick)
     if (deadline_tick >= rt__load_seq_cst_u64(&r->sleeping_until_tick))
         return;
     RT__DEBUG_YIELD(); /* the reactor may wake and read the eventfd here */
-    if (rt__fas_u32(&r->kick_pending, 1) != 0)
-        return; /* a kick is already on its way */
-    uint64_t one = 1;
-    /* EAGAIN (counter full) still leaves it readable: the wake happens. */
-    ssize_t n = write(r->wakefd, &one, sizeof one);
-    (void)n;
+    kick(r);
 }
 
 void rt__reactor_end_nap(rt__reactor *r)
@@ -112,11 +118,7 @@ void rt__reactor_end_nap(rt__reactor *r)
     if (!rt__load_seq_cst_u32(&r->napping))
         return;
     /* Any kick in flight ends the nap as well as ours would (see "Naps"). */
-    if (rt__fas_u32(&r->kick_pending, 1) != 0)
-        return;
-    uint64_t one = 1;
-    ssize_t n = write(r->wakefd, &one, sizeof one);
-    (void)n;
+    kick(r);
 }
 
 bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns)
