@@ -69,20 +69,46 @@ static uint64_t reactor_now_tick(const rt__reactor *r)
 
 /* ---- Wakes ---------------------------------------------------------------- */
 
+/* The wake proper: the task's state changes here (see rt__wake_batch). */
+static void wake_now(rt__wake_batch *b, rt_waker *w)
+{
+    rt_task *t = rt__task_wake_for_batch(w, b->rt);
+    if (t == NULL)
+        return; /* woken directly, or nothing to schedule */
+    if (b->n == RT__WAKE_BATCH) {
+        rt__schedule_batch(b->rt, b->tasks, b->n);
+        b->n = 0;
+    }
+    b->tasks[b->n++] = t;
+}
+
 void rt__wake_batch_add(rt__wake_batch *b, rt_waker *w)
 {
     if (rt_waker_is_noop(w))
         return;
-    rt_task *t = rt__task_wake_for_batch(w, b->rt);
-    if (t == NULL)
-        return; /* woken directly, or nothing to schedule */
-    if (b->n == RT__WAKE_BATCH)
-        rt__wake_batch_flush(b);
-    b->tasks[b->n++] = t;
+    /* A prefetch cannot fault, but only a task waker's data is known to be
+     * worth fetching. */
+    if (w->vtable == &rt__task_waker_vtable)
+        __builtin_prefetch(w->data, 1);
+    unsigned slot = b->lag_first;
+    if (b->lag_count == RT__WAKE_LAG) {
+        /* The oldest has waited long enough: wake it, and its slot is ours. */
+        wake_now(b, &b->lagging[slot]);
+        b->lag_first = (slot + 1) % RT__WAKE_LAG;
+    } else {
+        slot = (slot + b->lag_count) % RT__WAKE_LAG;
+        b->lag_count++;
+    }
+    b->lagging[slot] = *w;
+    *w = rt_waker_noop();
 }
 
 void rt__wake_batch_flush(rt__wake_batch *b)
 {
+    for (; b->lag_count > 0; b->lag_count--) {
+        wake_now(b, &b->lagging[b->lag_first]);
+        b->lag_first = (b->lag_first + 1) % RT__WAKE_LAG;
+    }
     if (b->n == 0)
         return;
     rt__schedule_batch(b->rt, b->tasks, b->n);
@@ -449,6 +475,8 @@ static void *reactor_main(void *arg)
         return NULL; /* rt__reactor_start checked this allocation can succeed */
     batch->rt = rt;
     batch->n = 0;
+    batch->lag_first = 0;
+    batch->lag_count = 0;
     rt__tls_reactor_cache = &r->cache;
     bool napped = false; /* the last turn ended in a nap */
 

@@ -140,18 +140,30 @@ void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
  * timer never fires before it. */
 uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 
-/* Collects wakes made on the reactor thread, flushed once per turn. */
+/* Collects wakes made on the reactor thread, flushed once per turn.
+ *
+ * A wake reads and then changes its task's state word, a line the task's
+ * worker wrote last: on the reactor thread nearly every wake is a cache
+ * miss, and the atomic update waits for it. So a waker is held back for
+ * RT__WAKE_LAG further wakes after its task's line is prefetched, and the
+ * misses of consecutive wakes overlap instead of queuing one behind the
+ * other. */
 #define RT__WAKE_BATCH 512
+#define RT__WAKE_LAG 8
 typedef struct rt__wake_batch {
     rt_runtime *rt;
-    unsigned n; /* tasks gathered */
+    unsigned n;         /* tasks gathered */
+    unsigned lag_first; /* index in `lagging` of the oldest held-back waker */
+    unsigned lag_count; /* held-back wakers, from lag_first on (modulo RT__WAKE_LAG) */
+    rt_waker lagging[RT__WAKE_LAG];
     struct rt_task *tasks[RT__WAKE_BATCH];
 } rt__wake_batch;
 
-/* Wakes (consumes) `w`: the runtime's own tasks are gathered into the batch,
- * other wakers are woken at once. */
+/* Wakes (consumes) `w` by the next flush: the runtime's own tasks are
+ * gathered into the batch, other wakers are woken at once once their turn in
+ * the lag comes. */
 void rt__wake_batch_add(rt__wake_batch *b, rt_waker *w);
-/* Schedules the gathered tasks. */
+/* Wakes everything added so far and schedules the gathered tasks. */
 void rt__wake_batch_flush(rt__wake_batch *b);
 
 #endif

@@ -97,6 +97,15 @@ static rt__timer_entry *entry_of(rt__timer_link *link)
     return (rt__timer_entry *)((char *)link - offsetof(rt__timer_entry, link));
 }
 
+/* Whether every chain of the slot is empty. */
+static bool slot_is_empty(const rt__timer_wheel *wheel, unsigned slot)
+{
+    for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
+        if (!list_is_empty(&wheel->slots[slot][chain]))
+            return false;
+    return true;
+}
+
 /* ---- Where an entry goes ---- */
 
 /* The level for a deadline later than `now`. Level 0 is a ring: it takes
@@ -139,9 +148,11 @@ static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
     unsigned level = level_for(wheel->now, deadline);
     unsigned slot =
         level_base(level) + (unsigned)((deadline >> level_shift(level)) & (level_slots(level) - 1));
-    list_push_back(&wheel->slots[slot], &entry->link);
+    unsigned chain = wheel->next_chain++ % RT__TIMER_CHAINS;
+    list_push_back(&wheel->slots[slot][chain], &entry->link);
     set_occupied(wheel, slot);
     entry->where = RT__TIMER_FILED_IN_WHEEL;
+    entry->chain = (uint8_t)chain;
     entry->slot = (uint16_t)slot;
 }
 
@@ -212,7 +223,9 @@ void rt__timer_wheel_init(rt__timer_wheel *wheel, uint64_t now)
     for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
         wheel->occupied[i] = 0;
     for (unsigned slot = 0; slot < RT__TIMER_ALL_SLOTS; slot++)
-        list_init(&wheel->slots[slot]);
+        for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
+            list_init(&wheel->slots[slot][chain]);
+    wheel->next_chain = 0;
     list_init(&wheel->due);
     wheel->due_min_deadline = UINT64_MAX;
     wheel->count = 0;
@@ -232,9 +245,9 @@ bool rt__timer_wheel_cancel(rt__timer_wheel *wheel, rt__timer_entry *entry)
     switch (entry->where) {
     case RT__TIMER_FILED_IN_WHEEL:
         list_unlink(&entry->link);
-        /* The entry may sit in advance()'s private list of the slot being
-         * emptied; then the slot's own list decides the bit, which is right. */
-        if (list_is_empty(&wheel->slots[entry->slot]))
+        /* The entry may sit in advance()'s private lists of the slot being
+         * emptied; then the slot's own lists decide the bit, which is right. */
+        if (slot_is_empty(wheel, entry->slot))
             clear_occupied(wheel, entry->slot);
         break;
     case RT__TIMER_FILED_DUE:
@@ -257,25 +270,33 @@ uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel)
     return wheel->due_min_deadline < earliest ? wheel->due_min_deadline : earliest;
 }
 
-/* Takes the entries of `pending` one by one (re-reading the head each time, so
- * a callback that cancels a later one is honoured), unfiles each, fires it if
- * its deadline has come and files it again otherwise. Returns the number fired. */
-static size_t drain(rt__timer_wheel *wheel, rt__timer_link *pending, rt__timer_fire_fn *fire,
-                    void *arg)
+/* Takes the entries of the `nlists` lists of `pending` one by one, one list
+ * after the other in turn (see RT__TIMER_CHAINS), re-reading each head every
+ * time, so that a callback that cancels a later entry is honoured. Unfiles
+ * each entry, fires it if its deadline has come and files it again
+ * otherwise. Returns the number fired. */
+static size_t drain(rt__timer_wheel *wheel, rt__timer_link *pending, unsigned nlists,
+                    rt__timer_fire_fn *fire, void *arg)
 {
     size_t fired = 0;
-    while (!list_is_empty(pending)) {
-        rt__timer_entry *entry = entry_of(pending->next);
-        list_unlink(&entry->link);
-        if (entry->deadline <= wheel->now) {
-            entry->where = RT__TIMER_NOT_FILED;
-            wheel->count--;
-            fired++;
-            fire(entry, arg);
-        } else {
-            /* Still in the future: a finer level now (or, clamped, level 5 a
-             * turn later). Its count is unchanged: it stays filed. */
-            file_entry(wheel, entry);
+    for (bool took = true; took;) {
+        took = false;
+        for (unsigned i = 0; i < nlists; i++) {
+            if (list_is_empty(&pending[i]))
+                continue;
+            took = true;
+            rt__timer_entry *entry = entry_of(pending[i].next);
+            list_unlink(&entry->link);
+            if (entry->deadline <= wheel->now) {
+                entry->where = RT__TIMER_NOT_FILED;
+                wheel->count--;
+                fired++;
+                fire(entry, arg);
+            } else {
+                /* Still in the future: a finer level now (or, clamped, level
+                 * 5 a turn later). Its count is unchanged: it stays filed. */
+                file_entry(wheel, entry);
+            }
         }
     }
     return fired;
@@ -291,10 +312,10 @@ size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_f
     /* The due list first (their deadlines are the oldest). It is moved aside, so
      * that what callbacks file as due now waits for the next advance. Its
      * entries stay marked due, so cancel still finds them in the private list. */
-    rt__timer_link pending;
-    list_move_all(&wheel->due, &pending);
+    rt__timer_link pending[RT__TIMER_CHAINS];
+    list_move_all(&wheel->due, &pending[0]);
     wheel->due_min_deadline = UINT64_MAX;
-    fired += drain(wheel, &pending, fire, arg);
+    fired += drain(wheel, pending, 1, fire, arg);
 
     /* Then every occupied slot whose range begins by `now`, in time order: set
      * the time to the slot's beginning and empty the slot. Entries filed again
@@ -309,18 +330,20 @@ size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_f
                         (unsigned)((slot_start >> level_shift(level)) & (level_slots(level) - 1));
         /* Clear the bit before the callbacks run: entries filed into this same
          * slot from now on (clamped ones) are for the next turn of the wheel. */
-        list_move_all(&wheel->slots[slot], &pending);
+        for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
+            list_move_all(&wheel->slots[slot][chain], &pending[chain]);
         clear_occupied(wheel, slot);
         if (level > 0) {
             /* The ring slot of the same tick goes too: its entries are due
              * now, and once the wheel's time is this tick that slot would be
              * the ring's current one, which means a full lap later. */
             unsigned ring = (unsigned)(slot_start & (RT__TIMER_LEVEL0_SLOTS - 1));
-            list_append_all(&wheel->slots[ring], &pending);
+            for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
+                list_append_all(&wheel->slots[ring][chain], &pending[chain]);
             clear_occupied(wheel, ring);
         }
         wheel->slots_processed++;
-        fired += drain(wheel, &pending, fire, arg);
+        fired += drain(wheel, pending, RT__TIMER_CHAINS, fire, arg);
     }
 
     /* No occupied slot begins in (wheel->now, now], so every entry still lies

@@ -85,6 +85,16 @@
 #define RT__TIMER_LEVELS 6
 /* All slots of all levels, level 0's first, then 64 per level. */
 #define RT__TIMER_ALL_SLOTS (RT__TIMER_LEVEL0_SLOTS + (RT__TIMER_LEVELS - 1) * RT__TIMER_SLOTS)
+/* Lists per slot. A slot's entries are spread over its chains in turn, and
+ * advance() takes one entry from each chain in turn, so that the cache
+ * misses of walking them overlap: the entries of a slot were filed
+ * milliseconds apart, their lines have mostly left the cache, and a single
+ * list can only be walked one miss after the other (the address of the next
+ * entry is in the line being waited for). Measured in the timers benchmark
+ * (100,000 sleeps, 2 workers, a build timing the reactor's phases): firing
+ * took 172-197 ns per timer with one list per slot, 101-111 ns with 4 and
+ * 95-147 ns with 8. */
+#define RT__TIMER_CHAINS 4
 /* The span of the whole wheel, 2^39 ticks: deadlines further than this from
  * the current top-level digit are clamped into the last level. */
 #define RT__TIMER_WHEEL_SPAN                                                                       \
@@ -126,6 +136,9 @@ typedef struct rt__timer_entry {
     /* RT__TIMER_NOT_FILED, RT__TIMER_FILED_DUE or RT__TIMER_FILED_IN_WHEEL:
      * cancel needs to know which list, if any, the entry is in. */
     uint8_t where;
+    /* Which of its slot's chains the entry is in, when it is in the wheel
+     * (below RT__TIMER_CHAINS). */
+    uint8_t chain;
     /* The index in rt__timer_wheel.slots (all levels in one array) of the
      * slot the entry is in, when it is in the wheel: cancel clears that
      * slot's occupancy bit when the slot empties. Level 0's slots come
@@ -143,12 +156,16 @@ typedef struct rt__timer_wheel {
      * zeros away: that is what makes next_deadline() and big jumps of
      * advance() cheap. Level 0 owns words 0-7, level L >= 1 word 7 + L. */
     uint64_t occupied[RT__TIMER_ALL_SLOTS / 64];
-    /* The list heads of the slots: level 0's 512, then 64 per level. Slot s of
-     * level 0 holds the entries due at the one tick of the next 512 whose
-     * low 9 bits are s; slot s of level L >= 1 holds the entries whose
-     * deadline lies in the s-th slot-sized range of the level's current
-     * range (or, at level 5, in a later turn of the whole wheel). */
-    rt__timer_link slots[RT__TIMER_ALL_SLOTS];
+    /* The list heads of the slots, RT__TIMER_CHAINS per slot: level 0's 512
+     * slots, then 64 per level. Slot s of level 0 holds the entries due at
+     * the one tick of the next 512 whose low 9 bits are s; slot s of level
+     * L >= 1 holds the entries whose deadline lies in the s-th slot-sized
+     * range of the level's current range (or, at level 5, in a later turn of
+     * the whole wheel). */
+    rt__timer_link slots[RT__TIMER_ALL_SLOTS][RT__TIMER_CHAINS];
+    /* The chain the next entry filed in a slot goes to (any slot: taking
+     * turns across slots spreads each slot's entries as well). */
+    unsigned next_chain;
     /* The head of the list of entries inserted with a deadline not later than
      * now: they fire at the start of the next advance(). Kept apart from the
      * slots because no slot of the wheel is "now". */

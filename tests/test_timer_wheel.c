@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "timer_wheel.h"
@@ -584,6 +585,49 @@ Test(timer_wheel, callback_may_cancel_entries_of_the_slot_being_emptied)
     cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
     for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
         cr_assert_eq(wheel.occupied[i], 0, "bitmap word %u not empty", i);
+}
+
+/* A slot's entries are spread over RT__TIMER_CHAINS lists. The slot must stay
+ * occupied until its last entry goes, whichever chain that is in: cancelling
+ * the entries chain by chain fails here if cancel looked at one chain only
+ * (the entry's own, or the first). */
+Test(timer_wheel, a_slot_stays_occupied_until_the_last_entry_of_every_chain_goes)
+{
+    static rt__timer_wheel wheel;
+    rt__timer_wheel_init(&wheel, 0);
+    enum { N = 3 * RT__TIMER_CHAINS + 1 };
+    struct timer t[N];
+    memset(t, 0, sizeof t);
+    unsigned per_chain[RT__TIMER_CHAINS] = {0};
+    for (unsigned i = 0; i < N; i++) {
+        insert_timer(&wheel, &t[i], 100);
+        cr_assert_lt(t[i].entry.chain, RT__TIMER_CHAINS);
+        per_chain[t[i].entry.chain]++;
+    }
+    for (unsigned c = 0; c < RT__TIMER_CHAINS; c++)
+        cr_assert_gt(per_chain[c], 0, "chain %u unused: nothing would be tested", c);
+    unsigned left = N;
+    for (unsigned c = 0; c < RT__TIMER_CHAINS; c++) {
+        for (unsigned i = 0; i < N; i++) {
+            if (t[i].entry.chain != c || !rt__timer_entry_is_filed(&t[i].entry))
+                continue;
+            cr_assert(rt__timer_wheel_cancel(&wheel, &t[i].entry));
+            left--;
+            uint64_t want = left > 0 ? 100 : UINT64_MAX;
+            cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), want,
+                         "after emptying part of chain %u, %u left: next deadline %llu", c, left,
+                         (unsigned long long)rt__timer_wheel_next_deadline(&wheel));
+        }
+    }
+    for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
+        cr_assert_eq(wheel.occupied[i], 0, "bitmap word %u not empty", i);
+    /* And a full slot fires every entry once, from every chain. */
+    for (unsigned i = 0; i < N; i++)
+        insert_timer(&wheel, &t[i], 200);
+    struct window w = {.wheel = &wheel};
+    cr_assert_eq(advance_to(&wheel, &w, 200), N);
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(t[i].fired, 1, "entry %u fired %u times", i, t[i].fired);
 }
 
 /* The callback frees the structure embedding the entry: the wheel must not
