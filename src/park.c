@@ -17,11 +17,16 @@
 
 #include "atomic.h"
 
+__thread rt__clock_reading rt__tls_clock __attribute__((tls_model("initial-exec")));
+
 int64_t rt__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    rt__tls_clock.last = now;
+    rt__tls_clock.count++;
+    return now;
 }
 
 int64_t rt__deadline_after(int64_t timeout_ns)

@@ -119,8 +119,9 @@ bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick
 /* Timer commands a worker collects before handing them to the reactor in
  * one splice: arming a hundred thousand sleeps from two workers otherwise
  * makes both exchange the command queue's tail cache line once per timer.
- * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus the poll in
- * progress, and only commands due no sooner than RT__TIMER_BATCH_SLACK_NS
+ * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus two polls
+ * (the one in progress, and the one whose clock reading the age check
+ * reused), and only commands due no sooner than RT__TIMER_BATCH_SLACK_NS
  * wait at all, so batching never makes a timer late. */
 #define RT__TIMER_BATCH 64
 #define RT__TIMER_BATCH_WAIT_NS 500000

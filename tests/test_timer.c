@@ -374,6 +374,105 @@ Test(timer, sleep_never_completes_early_and_is_not_absurdly_late)
     finish_runtime(rt, 0);
 }
 
+/* ---- the batch of timer commands beside a busy task ---------------------------- */
+
+/* Keeps its worker busy for `polls` polls of about 1 ms each, yielding
+ * between them. It reads the time with clock_gettime, not rt_now_ns, so its
+ * polls lend the worker no clock reading (reactor.h, the batch's age). */
+struct chunky {
+    rt_coro co;
+    int polls;
+};
+
+static int64_t raw_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static rt_poll chunky_poll(void *state, rt_context *cx, void **out)
+{
+    struct chunky *c = state;
+    RT_CORO_BEGIN(&c->co);
+    while (c->polls > 0) {
+        for (int64_t until = raw_now_ns() + MS; raw_now_ns() < until;)
+            ;
+        c->polls--;
+        RT_YIELD(&c->co, cx);
+    }
+    RT_RETURN(&c->co, out, NULL);
+    RT_CORO_END(&c->co, out);
+}
+
+enum { BATCHED_SLEEPS = 10 };
+#define BATCHED_SLEEP_NS (10 * MS)
+
+struct batched_sleeper {
+    rt_coro co;
+    int i;
+    bool armed;
+    int err;
+    rt_sleep s;
+    int64_t (*elapsed)[BATCHED_SLEEPS]; /* the test's array */
+    int64_t start;
+};
+
+static rt_poll batched_sleeper_poll(void *state, rt_context *cx, void **out)
+{
+    struct batched_sleeper *b = state;
+    RT_CORO_BEGIN(&b->co);
+    for (b->i = 0; b->i < BATCHED_SLEEPS; b->i++) {
+        b->start = rt_now_ns();
+        if (rt_sleep_init(&b->s, NULL, BATCHED_SLEEP_NS) != 0)
+            RT_RETURN(&b->co, out, NULL);
+        b->armed = true;
+        RT_AWAIT(&b->co, rt_sleep_poll(&b->s, cx, &b->err));
+        (*b->elapsed)[b->i] = b->err == 0 ? rt_now_ns() - b->start : -1;
+        rt_sleep_drop(&b->s);
+        b->armed = false;
+    }
+    RT_RETURN(&b->co, out, NULL);
+    RT_CORO_END(&b->co, out);
+}
+
+static void batched_sleeper_drop(void *state)
+{
+    struct batched_sleeper *b = state;
+    if (b->armed)
+        rt_sleep_drop(&b->s);
+}
+
+/* A 10 ms sleep has the slack to wait in its worker's batch of timer
+ * commands. Beside a task that keeps the only worker busy in 1 ms polls for
+ * 300 ms, the batch must still reach the reactor after about half a
+ * millisecond: the age check after the busy task's polls, which read no
+ * clock through the runtime, must take a reading of its own. Had the batch
+ * waited for the worker to run out of work, the first sleep would end about
+ * 290 ms late. */
+Test(timer, sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls)
+{
+    rt_runtime *rt = new_runtime(1);
+    static int64_t elapsed[BATCHED_SLEEPS];
+    for (int i = 0; i < BATCHED_SLEEPS; i++)
+        elapsed[i] = -2; /* never recorded */
+    struct batched_sleeper b = {.elapsed = &elapsed};
+    struct chunky c = {.polls = 300};
+    rt_task *sleeper, *busy;
+    cr_assert_eq(RT_SPAWN(rt, batched_sleeper_poll, batched_sleeper_drop, &b, &sleeper), 0);
+    cr_assert_eq(RT_SPAWN(rt, chunky_poll, NULL, &c, &busy), 0);
+    cr_assert_eq(rt_task_wait(sleeper, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
+    for (int i = 0; i < BATCHED_SLEEPS; i++) {
+        cr_assert_geq(elapsed[i], BATCHED_SLEEP_NS, "sleep %d: %lld ns (early, failed or missing)",
+                      i, (long long)elapsed[i]);
+        cr_assert_lt(elapsed[i] - BATCHED_SLEEP_NS, 150 * MS,
+                     "sleep %d ended %lld us late: its batch waited for the busy task", i,
+                     (long long)((elapsed[i] - BATCHED_SLEEP_NS) / 1000));
+    }
+    finish_runtime(rt, 0);
+}
+
 Test(timer, sleep_prepared_on_a_foreign_thread_runs_in_a_task_and_in_block_on)
 {
     rt_runtime *rt = new_runtime(2);
