@@ -227,9 +227,19 @@ typedef struct rt__worker {
     rt_runtime *rt;
     unsigned index;
     pthread_t thread;
-    /* Polls so far: every injector_interval-th one looks at the injector
-     * and at the own deque's top before the bottom. */
-    uint64_t tick;
+    /* Looks for work left before the next look at the injector (and at the
+     * own deque's top before the bottom); then check_interval again. */
+    unsigned until_check;
+    /* Looks for work between two looks at the injector: at most
+     * rt_config.injector_interval, fewer while polls are long (scheduler.c,
+     * retune_check_interval). */
+    unsigned check_interval;
+    /* When the current window of looks began (rt__now_ns): the last look
+     * at the injector, or the worker's start or last park. */
+    int64_t last_check_ns;
+    /* A moving average of the time per look for work over recent windows
+     * (ns; 0: none measured yet). */
+    int64_t poll_ns_avg;
     /* The own deque's top index and since when it has not moved (the
      * starvation guard in scheduler.c). */
     uint64_t watched_top;
@@ -294,6 +304,14 @@ typedef struct rt__worker {
 
 /* Polls in a row the LIFO slot may take ahead of waiting yielded tasks. */
 #define RT__LIFO_STREAK_MAX 3
+
+/* About how much polling a task the reactor woke may wait behind a busy
+ * worker's local work (Tokio tunes its global queue interval to the same
+ * 200 us). */
+#define RT__INJECTOR_CHECK_NS 200000
+/* The interval a worker starts with and resumes with after each park, before
+ * it has measured its polls; it may double per window from there. */
+#define RT__INJECTOR_CHECK_FIRST 4u
 
 /* The worker the calling thread is, or NULL (set by the worker's loop). */
 extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));

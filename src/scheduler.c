@@ -3,9 +3,11 @@
  * decides which sleeping worker to wake.
  *
  * Finding work, in order (the worker loop):
- *   1. every injector_interval-th poll: a batch from the injector (so
+ *   1. every check_interval-th poll: a batch from the injector (so
  *      injected work never starves behind local work), else the oldest task
- *      of the own deque if it has waited longer than RT__STARVATION_NS;
+ *      of the own deque if it has waited longer than RT__STARVATION_NS.
+ *      check_interval is rt_config.injector_interval while polls are
+ *      short, fewer while they are long ("The injector's interval");
  *   2. the LIFO slot (the task scheduled last on this worker), then the own
  *      deque's bottom (the next newest);
  *   3. the deferred list (tasks woken during their own poll, yields), FIFO;
@@ -16,7 +18,8 @@
  * runnable on its worker, and tasks that keep waking each other through the
  * LIFO slot get at most RT__LIFO_STREAK_MAX polls in a row ahead of it; a
  * deque task waits at most RT__STARVATION_NS behind newer work; injected work
- * at most injector_interval polls.
+ * at most injector_interval polls, and about RT__INJECTOR_CHECK_NS of polling
+ * once the worker has measured its polls.
  *
  * Idle coordination (after Tokio's): one word counts searching and unparked
  * workers. At most half the workers search at once. Whoever makes work
@@ -480,7 +483,7 @@ static rt_task *steal_from_others(rt__worker *w)
  * is what makes fork-join run depth-first in little memory, so the top is
  * only taken when it is really starving: a task that keeps waking a partner
  * (or respawning itself) would otherwise hold the worker forever. Checked
- * every injector_interval polls with the coarse clock (a vDSO read). */
+ * at every look at the injector, with the coarse clock (a vDSO read). */
 static rt_task *take_starving_top(rt__worker *w)
 {
     uint64_t top = rt__load_relaxed_u64(&w->deque.top);
@@ -579,15 +582,60 @@ static rt_task *pop_pinned(rt__worker *w)
     return n > 0 ? task_of_node(nodes[0]) : NULL;
 }
 
+/* ---- The injector's interval ----------------------------------------------
+ *
+ * A busy worker looks at the injector (where the reactor's wakes go) every
+ * check_interval looks for work. A fixed count is a fixed wait only while
+ * polls are short: at 61 polls of 1 ms, a task woken by the reactor waited
+ * 49 ms behind a busy task on its worker (test_timer,
+ * sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls). So the
+ * count follows the measured time per poll, aiming at RT__INJECTOR_CHECK_NS
+ * between looks, from 1 up to rt_config.injector_interval. It shrinks at once
+ * (the newest window weighs a quarter of the average, and the average is
+ * what sets the count) but at most doubles per window, and a worker starts
+ * again from RT__INJECTOR_CHECK_FIRST whenever it parks: work that arrives
+ * after an idle moment is measured within a few polls. What is left
+ * unbounded in time is a worker whose polls turn from short to long without
+ * it ever parking: up to one window of the old count. The clock is read
+ * once per look at the injector, where the overdue check needs it anyway,
+ * and once per park. */
+
+/* Begins a window of looks for work: at the worker's start and after each
+ * park, whose window measured sleep, not polls. */
+static void restart_check_window(rt__worker *w)
+{
+    w->check_interval = RT__INJECTOR_CHECK_FIRST < w->rt->config.injector_interval
+                            ? RT__INJECTOR_CHECK_FIRST
+                            : w->rt->config.injector_interval;
+    w->until_check = w->check_interval;
+    w->last_check_ns = rt__now_ns();
+}
+
+/* Ends a window at `now`: measures it and sets the next one's count. */
+static void retune_check_interval(rt__worker *w, int64_t now)
+{
+    int64_t per_poll = (now - w->last_check_ns) / (int64_t)w->check_interval;
+    w->poll_ns_avg = w->poll_ns_avg == 0 ? per_poll : (3 * w->poll_ns_avg + per_poll) / 4;
+    int64_t fit = RT__INJECTOR_CHECK_NS / (w->poll_ns_avg > 0 ? w->poll_ns_avg : 1);
+    int64_t most = w->rt->config.injector_interval;
+    if (most > 2 * (int64_t)w->check_interval)
+        most = 2 * (int64_t)w->check_interval;
+    w->check_interval = fit < 1 ? 1u : fit >= most ? (unsigned)most : (unsigned)fit;
+    w->last_check_ns = now;
+}
+
 static rt_task *find_local_work(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
     rt_task *t;
-    if (++w->tick % rt->config.injector_interval == 0) {
+    if (--w->until_check == 0) {
+        int64_t now = rt__now_ns();
+        retune_check_interval(w, now);
+        w->until_check = w->check_interval;
         /* A reactor overdue by half a millisecond is waiting for a CPU that
          * busy workers hold (reactor.h): this one gives its own, once per
          * interval at most. */
-        if (rt__reactor_overdue(&rt->reactor, rt__now_ns())) {
+        if (rt__reactor_overdue(&rt->reactor, now)) {
             rt__stat_add(&w->stats.reactor_yields, 1);
             sched_yield();
         }
@@ -651,6 +699,7 @@ void *rt__worker_main(void *arg)
     rt__worker *w = arg;
     rt_runtime *rt = w->rt;
     tls_worker = w;
+    restart_check_window(w);
     while (!rt__load_acquire_u32(&rt->closing)) {
         rt_task *t = find_local_work(w);
         if (t == NULL)
@@ -688,6 +737,7 @@ void *rt__worker_main(void *arg)
             continue;
         }
         park_worker(w);
+        restart_check_window(w);
     }
     rt__timer_batch_flush(w);
     tls_worker = NULL;

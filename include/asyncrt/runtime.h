@@ -28,9 +28,13 @@ typedef struct rt_config {
      * affinity mask, lowered by a cgroup CPU quota when one is set). At most
      * RT_MAX_WORKERS. Default 0. */
     unsigned workers;
-    /* A busy worker still looks at the global injector once every this many
-     * polls, so injected work never starves behind local work. Default 61
-     * (Go's choice: a prime, so it does not beat with task patterns). >= 1. */
+    /* A busy worker still looks at the global injector at least once every
+     * this many polls, so injected work (tasks spawned from outside, and
+     * tasks the reactor woke) never starves behind local work. While polls
+     * are long it looks more often, down to after every poll, aiming at one
+     * look per 200 us of polling; it measures its polls once per look.
+     * Default 61 (Go's choice: a prime, so it does not beat with task
+     * patterns). >= 1. */
     unsigned injector_interval;
     /* Rounds of stealing attempts an idle worker makes before it parks. The
      * higher, the lower the wake-up latency for bursty work and the more CPU an
