@@ -38,6 +38,7 @@ typedef struct rt__reactor {
     pthread_t thread;      /* the reactor thread */
     bool running;          /* the thread was started and not joined yet */
     int64_t epoch_ns;      /* rt_now_ns() at start: tick 0 of the wheel */
+    int64_t nap_ns;        /* the next nap's length, at most reactor_nap_ns (reactor.c, "Naps") */
     rt__timer_wheel wheel; /* reactor thread only */
 
     /* Timers armed or cancelled by other threads (MPSC; the reactor is the

@@ -1124,6 +1124,85 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
     finish_runtime(rt, 0);
 }
 
+/* Keeps the only worker busy in polls of 100 us until `stop` is set: the
+ * worker never parks meanwhile, so no nap is ended early. */
+struct nap_spinner {
+    rt_coro co;
+    atomic_bool *stop;
+};
+
+static rt_poll nap_spinner_poll(void *state, rt_context *cx, void **out)
+{
+    struct nap_spinner *s = state;
+    RT_CORO_BEGIN(&s->co);
+    while (!atomic_load(s->stop)) {
+        for (int64_t until = rt_now_ns() + 100000; rt_now_ns() < until;)
+            ;
+        RT_YIELD(&s->co, cx);
+    }
+    RT_RETURN(&s->co, out, NULL);
+    RT_CORO_END(&s->co, out);
+}
+
+#define SHRINK_NAP_NS (100 * MS)
+#define SHRINK_ROUNDS 40
+
+/* A nap that runs to its end halves the next one (reactor.c, "Naps"). Beside
+ * a task that keeps the only worker busy, so that no nap ends early, naps of
+ * 100 ms shrink to a few tens of microseconds within a dozen, and bursts of
+ * bytes stop waiting for them. Were every nap as long as
+ * rt_config.reactor_nap_ns, each round that napped would take 100 ms. */
+Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
+{
+    rt_runtime *rt = new_napping_runtime(SHRINK_NAP_NS);
+    int fds[NAP_PIPES][2];
+    rt_io *ends[NAP_PIPES];
+    rt_task *readers[NAP_PIPES];
+    for (int i = 0; i < NAP_PIPES; i++) {
+        make_pipe(fds[i]);
+        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
+        struct nap_reader r;
+        memset(&r, 0, sizeof r);
+        r.io = ends[i];
+        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
+    }
+    static atomic_bool stop;
+    atomic_store(&stop, false);
+    struct nap_spinner sp = {.stop = &stop};
+    rt_task *spinner = NULL;
+    cr_assert_eq(RT_SPAWN(rt, nap_spinner_poll, NULL, &sp, &spinner), 0);
+    rt_metrics before;
+    cr_assert_eq(rt_metrics_read(rt, &before, sizeof before), 0);
+    unsigned long bytes = event_count(&nap_reads);
+    int slow = 0;
+    for (int round = 0; round < SHRINK_ROUNDS; round++) {
+        int64_t start = rt_now_ns();
+        for (int i = 0; i < NAP_PIPES; i++)
+            cr_assert_eq(write(fds[i][1], "x", 1), 1);
+        bytes += NAP_PIPES;
+        cr_assert(event_wait_for(&nap_reads, bytes), "round %d: %lu of %lu bytes read", round,
+                  event_count(&nap_reads), bytes);
+        if (round >= SHRINK_ROUNDS / 2 && rt_now_ns() - start >= SHRINK_NAP_NS / 2)
+            slow++;
+    }
+    rt_metrics after;
+    cr_assert_eq(rt_metrics_read(rt, &after, sizeof after), 0);
+    atomic_store(&stop, true);
+    cr_assert_eq(rt_task_wait(spinner, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_geq(after.reactor_naps - before.reactor_naps, 2,
+                  "the reactor napped %llu times in %d rounds: nothing was tested",
+                  (unsigned long long)(after.reactor_naps - before.reactor_naps), SHRINK_ROUNDS);
+    cr_assert_leq(slow, 2, "%d of the last %d rounds took 50 ms or more (%llu naps)", slow,
+                  SHRINK_ROUNDS / 2,
+                  (unsigned long long)(after.reactor_naps - before.reactor_naps));
+    for (int i = 0; i < NAP_PIPES; i++) {
+        cr_assert_eq(close(fds[i][1]), 0);
+        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(rt_io_close(ends[i]), 0);
+    }
+    finish_runtime(rt, 0);
+}
+
 /* With naps off, a busy worker never makes the reactor nap. */
 Test(io, a_reactor_nap_of_zero_turns_naps_off)
 {
