@@ -1050,6 +1050,20 @@ static rt_poll nap_holder_poll(void *state, rt_context *cx, void **out)
     return RT_READY;
 }
 
+/* NAP_PIPES pipes, each with a nap reader on its read end. */
+static void start_nap_readers(rt_runtime *rt, int fds[NAP_PIPES][2], rt_io *ends[NAP_PIPES],
+                              rt_task *readers[NAP_PIPES])
+{
+    for (int i = 0; i < NAP_PIPES; i++) {
+        make_pipe(fds[i]);
+        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
+        struct nap_reader r;
+        memset(&r, 0, sizeof r);
+        r.io = ends[i];
+        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
+    }
+}
+
 /* A runtime with one worker and naps of `nap_ns`. */
 static rt_runtime *new_napping_runtime(int64_t nap_ns)
 {
@@ -1072,14 +1086,7 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
     int fds[NAP_PIPES][2];
     rt_io *ends[NAP_PIPES];
     rt_task *readers[NAP_PIPES];
-    for (int i = 0; i < NAP_PIPES; i++) {
-        make_pipe(fds[i]);
-        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
-        struct nap_reader r;
-        memset(&r, 0, sizeof r);
-        r.io = ends[i];
-        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
-    }
+    start_nap_readers(rt, fds, ends, readers);
     unsigned long bytes = 0;
     uint64_t naps_verified = 0; /* naps followed by a whole round */
     for (int round = 0; round < NAP_ROUNDS_MAX && naps_verified < 3; round++) {
@@ -1158,14 +1165,7 @@ Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
     int fds[NAP_PIPES][2];
     rt_io *ends[NAP_PIPES];
     rt_task *readers[NAP_PIPES];
-    for (int i = 0; i < NAP_PIPES; i++) {
-        make_pipe(fds[i]);
-        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
-        struct nap_reader r;
-        memset(&r, 0, sizeof r);
-        r.io = ends[i];
-        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
-    }
+    start_nap_readers(rt, fds, ends, readers);
     static atomic_bool stop;
     atomic_store(&stop, false);
     struct nap_spinner sp = {.stop = &stop};
