@@ -143,6 +143,7 @@ void rt__reactor_end_nap(rt__reactor *r)
     /* Seq_cst: the worker's half of the Dekker pair in nap() (see "Naps"). */
     if (!rt__load_seq_cst_u32(&r->napping))
         return;
+    rt__store_relaxed_u32(&r->nap_ended_by_park, 1);
     /* Any kick in flight ends the nap as well as ours would (see "Naps"). */
     kick(r);
 }
@@ -377,7 +378,7 @@ static void take_kick(rt__reactor *r)
  *     now (rt__reactor_end_nap, called from park_worker);
  *   - a kick: a timer due before the nap's end, or shutdown (the eventfd
  *     wakes napfd as it wakes epfd: one write raises an edge in both);
- *   - the next timer deadline, or rt_config.reactor_nap_ns.
+ *   - the next timer deadline, or the nap's length (r->nap_ns, see below).
  * A single event per turn (a lightly loaded server) never starts a nap, so
  * it costs nothing where the wakes are cheap.
  *
@@ -388,9 +389,12 @@ static void take_kick(rt__reactor *r)
  * --tcp-msgs 2000), 500 us naps made round trips take p50 604 us and 161 us
  * of wall time each, against p50 102-160 us and 80-83 us with naps off. So
  * each nap that runs to its end halves the next one, down to
- * RT_REACTOR_NAP_FLOOR_NS, and a nap ended early (a worker parked, or a
- * kick) restores the full rt_config.reactor_nap_ns. In tcp_echo nearly
- * every nap is ended by a parking worker, so the full length stays.
+ * RT_REACTOR_NAP_FLOOR_NS, and a nap a parking worker ends restores the full
+ * rt_config.reactor_nap_ns (`nap_ended_by_park`, a relaxed hint: a stale
+ * one only restores the length early). A nap cut short by a timer kick,
+ * by shutdown or by the next deadline leaves the length as it was: it says
+ * nothing about the workers. In tcp_echo nearly every nap is ended by a
+ * parking worker, so the full length stays.
  *
  * State of `napping`:
  *
@@ -461,8 +465,10 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
     int n = reactor_wait(r->napfd, &ev, 1, &ts);
     rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
     rt__store_relaxed_u32(&r->napping, 0);
-    if (n > 0) {
+    bool by_park = rt__fas_u32(&r->nap_ended_by_park, 0) != 0;
+    if (n > 0)
         take_kick(r);
+    if (by_park) {
         r->nap_ns = rt->config.reactor_nap_ns;
     } else if (n == 0 && own_length) {
         int64_t half = r->nap_ns / 2;

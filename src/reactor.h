@@ -55,6 +55,10 @@ typedef struct rt__reactor {
     /* 1 while the reactor naps, or is about to (see "Naps" in reactor.c):
      * a worker that parks then kicks it. */
     uint32_t napping;
+    /* Set (relaxed) by a parking worker that ends a nap, read and cleared by
+     * the reactor after the nap: a hint that decides the next nap's length,
+     * nothing else. */
+    uint32_t nap_ended_by_park;
     /* Set by rt__reactor_stop. */
     uint32_t stopping;
     /* Threads other than the runtime's workers inside
@@ -120,10 +124,11 @@ bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick
 /* Timer commands a worker collects before handing them to the reactor in
  * one splice: arming a hundred thousand sleeps from two workers otherwise
  * makes both exchange the command queue's tail cache line once per timer.
- * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus two polls
- * (the one in progress, and the one whose clock reading the age check
- * reused), and only commands due no sooner than RT__TIMER_BATCH_SLACK_NS
- * wait at all, so batching never makes a timer late. */
+ * A batched command waits at most RT__TIMER_BATCH_WAIT_NS plus the rest of
+ * the poll in progress and the whole next one (the age check may reuse a
+ * clock reading taken early in a poll), and only commands due no sooner than
+ * RT__TIMER_BATCH_SLACK_NS wait at all, so batching makes no timer late
+ * while polls take under 1.25 ms (2.5 ms before the reuse). */
 #define RT__TIMER_BATCH 64
 #define RT__TIMER_BATCH_WAIT_NS 500000
 #define RT__TIMER_BATCH_SLACK_NS 3000000
@@ -142,7 +147,8 @@ void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
  * timer never fires before it. */
 uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 
-/* Collects wakes made on the reactor thread, flushed once per turn.
+/* Collects wakes made on the reactor thread, flushed after the turn's timers
+ * and again after its descriptor events.
  *
  * A wake reads and then changes its task's state word, a line the task's
  * worker wrote last: on the reactor thread nearly every wake is a cache

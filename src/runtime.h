@@ -231,8 +231,9 @@ typedef struct rt__worker {
      * own deque's top before the bottom); then check_interval again. */
     unsigned until_check;
     /* Looks for work between two looks at the injector: at most
-     * rt_config.injector_interval, fewer while polls are long (scheduler.c,
-     * retune_check_interval). */
+     * rt_config.injector_interval, fewer while polls are long, and at least
+     * 2 unless that is configured lower (scheduler.c, "The injector's
+     * interval"). */
     unsigned check_interval;
     /* When the current window of looks began (rt__now_ns): the last look
      * at the injector, or the worker's start or last park. */

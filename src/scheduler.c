@@ -3,7 +3,7 @@
  * decides which sleeping worker to wake.
  *
  * Finding work, in order (the worker loop):
- *   1. every check_interval-th poll: a batch from the injector (so
+ *   1. every check_interval-th look for work: a batch from the injector (so
  *      injected work never starves behind local work), else the oldest task
  *      of the own deque if it has waited longer than RT__STARVATION_NS.
  *      check_interval is rt_config.injector_interval while polls are
@@ -590,15 +590,17 @@ static rt_task *pop_pinned(rt__worker *w)
  * 49 ms behind a busy task on its worker (test_timer,
  * sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls). So the
  * count follows the measured time per poll, aiming at RT__INJECTOR_CHECK_NS
- * between looks, from 1 up to rt_config.injector_interval. It shrinks at once
- * (the newest window weighs a quarter of the average, and the average is
- * what sets the count) but at most doubles per window, and a worker starts
- * again from RT__INJECTOR_CHECK_FIRST whenever it parks: work that arrives
- * after an idle moment is measured within a few polls. What is left
- * unbounded in time is a worker whose polls turn from short to long without
- * it ever parking: up to one window of the old count. The clock is read
- * once per look at the injector, where the overdue check needs it anyway,
- * and once per park. */
+ * between looks, from 2 (1 if so configured) up to
+ * rt_config.injector_interval. It shrinks fast (the newest window weighs a
+ * quarter of the average: polls going from 3 to 150 us give windows of 61,
+ * 5, then 2) but at most doubles per window, and a worker starts again from
+ * RT__INJECTOR_CHECK_FIRST whenever it parks: work that arrives after an
+ * idle moment is measured within a few polls. What is left unbounded in
+ * time is a worker whose polls turn from short to long without it ever
+ * parking: one window of the old count, and a few shrinking ones after it.
+ * A window's time includes what the worker did besides polling (yields to
+ * an overdue reactor, searching). The clock is read once per look at the
+ * injector, where the overdue check needs it anyway, and once per park. */
 
 /* Begins a window of looks for work: at the worker's start and after each
  * park, whose window measured sleep, not polls. */
@@ -618,9 +620,16 @@ static void retune_check_interval(rt__worker *w, int64_t now)
     w->poll_ns_avg = w->poll_ns_avg == 0 ? per_poll : (3 * w->poll_ns_avg + per_poll) / 4;
     int64_t fit = RT__INJECTOR_CHECK_NS / (w->poll_ns_avg > 0 ? w->poll_ns_avg : 1);
     int64_t most = w->rt->config.injector_interval;
+    /* At 1 every look would take injected work before local work, and a
+     * steady stream of it would starve the LIFO slot, the deque and the
+     * local tasks (Tokio's floor is 2 for the same reason); a configured 1
+     * stays 1. */
+    int64_t least = most < 2 ? most : 2;
     if (most > 2 * (int64_t)w->check_interval)
         most = 2 * (int64_t)w->check_interval;
-    w->check_interval = fit < 1 ? 1u : fit >= most ? (unsigned)most : (unsigned)fit;
+    if (fit > most)
+        fit = most;
+    w->check_interval = (unsigned)(fit > least ? fit : least);
     w->last_check_ns = now;
 }
 

@@ -137,7 +137,8 @@ typedef struct rt__timer_entry {
      * cancel needs to know which list, if any, the entry is in. */
     uint8_t where;
     /* Which of its slot's chains the entry is in, when it is in the wheel
-     * (below RT__TIMER_CHAINS). */
+     * (below RT__TIMER_CHAINS). The wheel never needs it (cancel looks at
+     * every chain of the slot); tests and debuggers read it. */
     uint8_t chain;
     /* The index in rt__timer_wheel.slots (all levels in one array) of the
      * slot the entry is in, when it is in the wheel: cancel clears that

@@ -1151,6 +1151,12 @@ static rt_poll nap_spinner_poll(void *state, rt_context *cx, void **out)
     RT_CORO_END(&s->co, out);
 }
 
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 #define SHRINK_NAP_NS (100 * MS)
 #define SHRINK_ROUNDS 40
 
@@ -1158,7 +1164,9 @@ static rt_poll nap_spinner_poll(void *state, rt_context *cx, void **out)
  * a task that keeps the only worker busy, so that no nap ends early, naps of
  * 100 ms shrink to a few tens of microseconds within a dozen, and bursts of
  * bytes stop waiting for them. Were every nap as long as
- * rt_config.reactor_nap_ns, each round that napped would take 100 ms. */
+ * rt_config.reactor_nap_ns, each round that napped would take 100 ms. The
+ * check is on the median of the last 20 rounds, so that a few rounds stalled
+ * by a loaded machine (this suite runs beside others) do not fail it. */
 Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
 {
     rt_runtime *rt = new_napping_runtime(SHRINK_NAP_NS);
@@ -1174,27 +1182,38 @@ Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
     rt_metrics before;
     cr_assert_eq(rt_metrics_read(rt, &before, sizeof before), 0);
     unsigned long bytes = event_count(&nap_reads);
-    int slow = 0;
+    int64_t late_rounds[SHRINK_ROUNDS / 2];
+    rt_metrics halfway;
     for (int round = 0; round < SHRINK_ROUNDS; round++) {
+        if (round == SHRINK_ROUNDS / 2)
+            cr_assert_eq(rt_metrics_read(rt, &halfway, sizeof halfway), 0);
         int64_t start = rt_now_ns();
         for (int i = 0; i < NAP_PIPES; i++)
             cr_assert_eq(write(fds[i][1], "x", 1), 1);
         bytes += NAP_PIPES;
         cr_assert(event_wait_for(&nap_reads, bytes), "round %d: %lu of %lu bytes read", round,
                   event_count(&nap_reads), bytes);
-        if (round >= SHRINK_ROUNDS / 2 && rt_now_ns() - start >= SHRINK_NAP_NS / 2)
-            slow++;
+        if (round >= SHRINK_ROUNDS / 2)
+            late_rounds[round - SHRINK_ROUNDS / 2] = rt_now_ns() - start;
     }
     rt_metrics after;
     cr_assert_eq(rt_metrics_read(rt, &after, sizeof after), 0);
     atomic_store(&stop, true);
     cr_assert_eq(rt_task_wait(spinner, WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_geq(after.reactor_naps - before.reactor_naps, 2,
-                  "the reactor napped %llu times in %d rounds: nothing was tested",
-                  (unsigned long long)(after.reactor_naps - before.reactor_naps), SHRINK_ROUNDS);
-    cr_assert_leq(slow, 2, "%d of the last %d rounds took 50 ms or more (%llu naps)", slow,
-                  SHRINK_ROUNDS / 2,
-                  (unsigned long long)(after.reactor_naps - before.reactor_naps));
+    cr_assert_geq(halfway.reactor_naps - before.reactor_naps, 2,
+                  "the reactor napped %llu times in the first %d rounds: nothing shrank",
+                  (unsigned long long)(halfway.reactor_naps - before.reactor_naps),
+                  SHRINK_ROUNDS / 2);
+    cr_assert_geq(after.reactor_naps - halfway.reactor_naps, 2,
+                  "the reactor napped %llu times in the last %d rounds: nothing was tested",
+                  (unsigned long long)(after.reactor_naps - halfway.reactor_naps),
+                  SHRINK_ROUNDS / 2);
+    qsort(late_rounds, SHRINK_ROUNDS / 2, sizeof late_rounds[0], compare_i64);
+    int64_t median = late_rounds[SHRINK_ROUNDS / 4];
+    cr_assert_lt(median, SHRINK_NAP_NS / 2,
+                 "the last %d rounds took %lld us at the median (%llu naps in them)",
+                 SHRINK_ROUNDS / 2, (long long)(median / 1000),
+                 (unsigned long long)(after.reactor_naps - halfway.reactor_naps));
     for (int i = 0; i < NAP_PIPES; i++) {
         cr_assert_eq(close(fds[i][1]), 0);
         cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, NULL), 0);

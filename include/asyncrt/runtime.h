@@ -31,7 +31,7 @@ typedef struct rt_config {
     /* A busy worker still looks at the global injector at least once every
      * this many polls, so injected work (tasks spawned from outside, and
      * tasks the reactor woke) never starves behind local work. While polls
-     * are long it looks more often, down to after every poll, aiming at one
+     * are long it looks more often, down to every second poll, aiming at one
      * look per 200 us of polling; it measures its polls once per look.
      * Default 61 (Go's choice: a prime, so it does not beat with task
      * patterns). >= 1. */
@@ -68,7 +68,9 @@ typedef struct rt_config {
      * ends, where a busy worker could have taken it at its next look at the
      * queues. A wait that lasts its whole length (workers busy with work
      * other than the events) halves the next one, down to 25 us; one that a
-     * worker ends restores this length. The reactor naps only after a
+     * worker ends by running out of work restores this length. Without
+     * epoll_pwait2 (Linux < 5.11) waits are rounded up to 1 ms. The reactor
+     * naps only after a
      * batch of 2 or more events. 0 turns naps off (every event wakes the
      * reactor at once). >= 0. Default 500 us. */
     int64_t reactor_nap_ns;
