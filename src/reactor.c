@@ -457,12 +457,26 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
         rt__store_relaxed_u32(&r->napping, 0);
         return false;
     }
+    if (own_length) {
+        /* The nap ends before the deadline sleep_spec published: publish
+         * its end instead, rounded up to a tick. Workers then see a reactor
+         * that waits for a CPU after its nap as overdue and yield to it
+         * (rt__reactor_overdue), and a timer due after the nap's end needs
+         * no kick: the reactor takes its command when the nap ends. Only a
+         * kick is spared by the lower value, never a command lost. */
+        int64_t end = rt_now_ns() + limit - r->epoch_ns;
+        uint64_t end_tick = ((uint64_t)end + RT__TIMER_TICK_NS - 1) / RT__TIMER_TICK_NS;
+        rt__store_seq_cst_u64(&r->sleeping_until_tick, end_tick);
+    }
     ts.tv_sec = (time_t)(limit / 1000000000);
     ts.tv_nsec = (long)(limit % 1000000000);
     /* Counted as it begins: a test may watch for a nap still in progress. */
     rt__store_relaxed_u64(&r->naps, r->naps + 1);
     struct epoll_event ev;
     int n = reactor_wait(r->napfd, &ev, 1, &ts);
+    /* A test may hold the reactor here, as a reactor waiting for a CPU after
+     * its nap is held: it must look overdue (rt__reactor_overdue). */
+    RT__DEBUG_WINDOW("reactor.nap_over");
     rt__store_seq_cst_u64(&r->sleeping_until_tick, 0);
     rt__store_relaxed_u32(&r->napping, 0);
     bool by_park = rt__fas_u32(&r->nap_ended_by_park, 0) != 0;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS (1000000LL)
 #define SEC (1000000000LL)
@@ -1776,6 +1777,88 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
     cr_assert(event_wait_for_s(&h.w.woken, 1, 10), "the sleep never fired");
     cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_READY);
     rt_sleep_drop(&s);
+    rt__debug_window_hook = NULL;
+    finish_runtime(rt, 0);
+}
+
+/* ---- a reactor held after its nap ------------------------------------------ */
+
+static atomic_int nap_hold;                   /* 1: hold the next nap's end */
+static struct event nap_held = EVENT_INIT;    /* the reactor is held */
+static struct event nap_release = EVENT_INIT; /* let it go */
+
+static void nap_hook(const char *window)
+{
+    hold_reactor_once(window, "reactor.nap_over", &nap_hold, &nap_held, &nap_release);
+}
+
+struct byte_reader {
+    rt_coro co;
+    rt_io *io;
+    ssize_t result;
+    unsigned char byte;
+};
+
+/* Reads one byte at a time until the end of the stream. */
+static rt_poll byte_reader_poll(void *state, rt_context *cx, void **out)
+{
+    struct byte_reader *r = state;
+    RT_CORO_BEGIN(&r->co);
+    do {
+        RT_AWAIT(&r->co, rt_io_read(r->io, cx, &r->byte, 1, &r->result));
+    } while (r->result > 0);
+    RT_RETURN(&r->co, out, (intptr_t)r->result);
+    RT_CORO_END(&r->co, out);
+}
+
+/* While the reactor naps it publishes the nap's end as the time it sleeps
+ * until (reactor.c, nap()), so that a reactor kept from running after its
+ * nap looks overdue, as one kept from running after a deadline does. Beside
+ * a task that keeps the only worker busy, bursts of bytes on 8 pipes make the
+ * reactor nap; the first nap's end is held in a debug window, and the worker
+ * must yield to it. When a napping reactor published the wheel's next
+ * deadline instead (none here), the worker never yielded. */
+Test(timer, a_busy_worker_yields_to_a_reactor_held_after_its_nap)
+{
+    if (&rt__debug_window_hook == NULL)
+        cr_skip_test("holding the reactor needs a debug-yield build");
+    rt__debug_window_hook = nap_hook;
+    atomic_store(&nap_hold, 1);
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.reactor_nap_ns = 20 * MS;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), 0);
+    enum { PIPES = 8 };
+    int fds[PIPES][2];
+    rt_io *ends[PIPES];
+    rt_task *readers[PIPES];
+    for (int i = 0; i < PIPES; i++) {
+        cr_assert_eq(pipe(fds[i]), 0);
+        cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
+        struct byte_reader r = {.io = ends[i]};
+        cr_assert_eq(RT_SPAWN(rt, byte_reader_poll, NULL, &r, &readers[i]), 0);
+    }
+    struct busy b = {rt, rt_now_ns() + 20 * SEC, false};
+    struct busy *bp = &b;
+    rt_task *busy = NULL;
+    cr_assert_eq(RT_SPAWN(rt, busy_poll, NULL, &bp, &busy), 0);
+    bool held = false;
+    for (int burst = 0; burst < 200 && !held; burst++) {
+        for (int i = 0; i < PIPES; i++)
+            cr_assert_eq(write(fds[i][1], "x", 1), 1);
+        held = event_wait_for_s(&nap_held, 1, 1);
+    }
+    cr_assert(held, "the reactor never napped in 200 bursts");
+    cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
+    event_signal(&nap_release);
+    cr_assert(b.yielded, "the worker never yielded to the reactor held after its nap");
+    for (int i = 0; i < PIPES; i++) {
+        cr_assert_eq(close(fds[i][1]), 0);
+        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(rt_io_close(ends[i]), 0);
+    }
     rt__debug_window_hook = NULL;
     finish_runtime(rt, 0);
 }
