@@ -630,6 +630,66 @@ Test(timer_wheel, a_slot_stays_occupied_until_the_last_entry_of_every_chain_goes
         cr_assert_eq(t[i].fired, 1, "entry %u fired %u times", i, t[i].fired);
 }
 
+/* Entries of one level-1 slot and of the ring slot emptied with it, spread
+ * over every chain: each fired entry cancels two others still pending, some
+ * still in advance()'s private lists, some already moved down to level 0.
+ * Every entry must end fired exactly once (on time) or cancelled, and the
+ * wheel empty. */
+struct cross_cancel {
+    struct window w;
+    struct timer *timers;
+    unsigned n;
+    uint32_t rng;
+    unsigned cancelled;
+};
+
+static void fire_and_cancel_two(rt__timer_entry *entry, void *arg)
+{
+    struct cross_cancel *c = arg;
+    check_and_count(entry, &c->w);
+    for (int k = 0; k < 2; k++) {
+        c->rng = c->rng * 1103515245u + 12345u;
+        struct timer *victim = &c->timers[(c->rng >> 8) % c->n];
+        if (rt__timer_wheel_cancel(c->w.wheel, &victim->entry)) {
+            victim->cancelled = true;
+            c->cancelled++;
+        }
+    }
+}
+
+Test(timer_wheel, callbacks_cancel_entries_across_the_chains_of_the_slots_being_emptied)
+{
+    static rt__timer_wheel wheel;
+    rt__timer_wheel_init(&wheel, 600);
+    enum { N = 200 };
+    static struct timer t[N];
+    memset(t, 0, sizeof t);
+    /* From 600, level 0 takes deadlines below 1112 (the ring slot of 1024
+     * among them); the rest up to 1535 go to level 1's slot [1024, 1536). */
+    for (unsigned i = 0; i < N; i++)
+        insert_timer(&wheel, &t[i], i % 4 == 0 ? 1024 : 1024 + (i * 37) % 512);
+    unsigned chains_used = 0;
+    for (unsigned i = 0; i < N; i++)
+        chains_used |= 1u << t[i].entry.chain;
+    cr_assert_eq(chains_used, (1u << RT__TIMER_CHAINS) - 1, "not every chain was used");
+    struct cross_cancel c = {.timers = t, .n = N, .rng = 12345};
+    c.w.wheel = &wheel;
+    c.w.from = rt__timer_wheel_now(&wheel);
+    c.w.to = 2000;
+    size_t fired = rt__timer_wheel_advance(&wheel, 2000, fire_and_cancel_two, &c);
+    cr_assert_eq(fired, c.w.fired);
+    cr_assert_gt(c.cancelled, 0, "no callback found anything to cancel");
+    cr_assert_eq(c.w.fired + c.cancelled, N, "%zu fired and %u cancelled of %d", c.w.fired,
+                 c.cancelled, N);
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_eq(t[i].fired + (t[i].cancelled ? 1u : 0u), 1u,
+                     "entry %u: fired %u, cancelled %d", i, t[i].fired, t[i].cancelled);
+    cr_assert_eq(rt__timer_wheel_count(&wheel), 0);
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), UINT64_MAX);
+    for (unsigned i = 0; i < RT__TIMER_ALL_SLOTS / 64; i++)
+        cr_assert_eq(wheel.occupied[i], 0, "bitmap word %u not empty", i);
+}
+
 /* The callback frees the structure embedding the entry: the wheel must not
  * touch it afterwards (AddressSanitizer checks this in its build). */
 static void free_it(rt__timer_entry *entry, void *arg)
