@@ -215,6 +215,34 @@ static inline void hand_init(struct hand *h)
 }
 #endif
 
+#ifdef TEST_WANT_DRAIN_READER
+/* A task that reads its descriptor one byte at a time until the end of the
+ * stream, signalling `each_byte` (if not NULL) after every byte. Returns the
+ * last read's result: 0 at the end of the stream, or a negative errno. */
+struct drain_reader {
+    rt_coro co;
+    rt_io *io;
+    struct event *each_byte;
+    ssize_t result;
+    unsigned char byte;
+};
+
+static inline rt_poll drain_reader_poll(void *state, rt_context *cx, void **out)
+{
+    struct drain_reader *r = state;
+    RT_CORO_BEGIN(&r->co);
+    for (;;) {
+        RT_AWAIT(&r->co, rt_io_read(r->io, cx, &r->byte, 1, &r->result));
+        if (r->result <= 0)
+            break;
+        if (r->each_byte != NULL)
+            event_signal(r->each_byte);
+    }
+    RT_RETURN(&r->co, out, (intptr_t)r->result);
+    RT_CORO_END(&r->co, out);
+}
+#endif
+
 #ifndef TEST_OWN_NEW_RUNTIME
 /* A runtime with `workers` workers and default settings, or the test fails. */
 static inline rt_runtime *new_runtime(unsigned workers)

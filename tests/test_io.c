@@ -12,6 +12,7 @@
 #include <asyncrt.h>
 
 #define TEST_WANT_COUNTING_WAKER /* the shared counting user waker */
+#define TEST_WANT_DRAIN_READER   /* the shared one-byte reader task */
 #include "support.h"
 
 #include <arpa/inet.h>
@@ -1000,28 +1001,6 @@ Test(io, read_returns_0_once_the_write_end_is_closed)
 /* Every byte a nap reader reads. */
 static struct event nap_reads = EVENT_INIT;
 
-struct nap_reader {
-    rt_coro co;
-    rt_io *io;
-    ssize_t result;
-    unsigned char byte;
-};
-
-/* Reads one byte at a time until the end of the stream. */
-static rt_poll nap_reader_poll(void *state, rt_context *cx, void **out)
-{
-    struct nap_reader *s = state;
-    RT_CORO_BEGIN(&s->co);
-    for (;;) {
-        RT_AWAIT(&s->co, rt_io_read(s->io, cx, &s->byte, 1, &s->result));
-        if (s->result <= 0)
-            break;
-        event_signal(&nap_reads);
-    }
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
-    RT_CORO_END(&s->co, out);
-}
-
 struct nap_holder {
     rt_runtime *rt;
     uint64_t io_events; /* the reactor's event count to wait for */
@@ -1057,10 +1036,8 @@ static void start_nap_readers(rt_runtime *rt, int fds[NAP_PIPES][2], rt_io *ends
     for (int i = 0; i < NAP_PIPES; i++) {
         make_pipe(fds[i]);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
-        struct nap_reader r;
-        memset(&r, 0, sizeof r);
-        r.io = ends[i];
-        cr_assert_eq(RT_SPAWN(rt, nap_reader_poll, NULL, &r, &readers[i]), 0);
+        struct drain_reader r = {.io = ends[i], .each_byte = &nap_reads};
+        cr_assert_eq(RT_SPAWN(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
     }
 }
 

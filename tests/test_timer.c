@@ -13,6 +13,7 @@
 
 #define TEST_OWN_FINISH_RUNTIME  /* this suite has its own, below */
 #define TEST_WANT_COUNTING_WAKER /* the shared counting user waker */
+#define TEST_WANT_DRAIN_READER   /* the shared one-byte reader task */
 #include "support.h"
 
 #include <errno.h>
@@ -1792,25 +1793,6 @@ static void nap_hook(const char *window)
     hold_reactor_once(window, "reactor.nap_over", &nap_hold, &nap_held, &nap_release);
 }
 
-struct byte_reader {
-    rt_coro co;
-    rt_io *io;
-    ssize_t result;
-    unsigned char byte;
-};
-
-/* Reads one byte at a time until the end of the stream. */
-static rt_poll byte_reader_poll(void *state, rt_context *cx, void **out)
-{
-    struct byte_reader *r = state;
-    RT_CORO_BEGIN(&r->co);
-    do {
-        RT_AWAIT(&r->co, rt_io_read(r->io, cx, &r->byte, 1, &r->result));
-    } while (r->result > 0);
-    RT_RETURN(&r->co, out, (intptr_t)r->result);
-    RT_CORO_END(&r->co, out);
-}
-
 /* While the reactor naps it publishes the nap's end as the time it sleeps
  * until (reactor.c, nap()), so that a reactor kept from running after its
  * nap looks overdue, as one kept from running after a deadline does. Beside
@@ -1837,8 +1819,8 @@ Test(timer, a_busy_worker_yields_to_a_reactor_held_after_its_nap)
     for (int i = 0; i < PIPES; i++) {
         cr_assert_eq(pipe(fds[i]), 0);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
-        struct byte_reader r = {.io = ends[i]};
-        cr_assert_eq(RT_SPAWN(rt, byte_reader_poll, NULL, &r, &readers[i]), 0);
+        struct drain_reader r = {.io = ends[i]};
+        cr_assert_eq(RT_SPAWN(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
     }
     struct busy b = {rt, rt_now_ns() + 20 * SEC, false};
     struct busy *bp = &b;
