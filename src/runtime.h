@@ -241,10 +241,15 @@ typedef struct rt__worker {
     /* A moving average of the time per look for work over recent windows
      * (ns; 0: none measured yet). */
     int64_t poll_ns_avg;
-    /* The own deque's top index and since when it has not moved (the
-     * starvation guard in scheduler.c). */
-    uint64_t watched_top;
+    /* The starvation guard's watch over the own deque (scheduler.c,
+     * "Starving tasks"): when it began (or last started a rescue), and the
+     * lowest the bottom has been since it began. Every index from the top
+     * up to watched_low holds a task that was there when it began. */
     int64_t watched_since;
+    uint64_t watched_low;
+    /* 0, or the index the top is taken up to, one task per look, because
+     * every task below it has starved (scheduler.c, "Starving tasks"). */
+    uint64_t rescue_end;
     /* xorshift state for picking steal victims. */
     uint32_t rng;
     /* Counted in the idle coordinator's num_searching. */

@@ -4,20 +4,24 @@
  *
  * Finding work, in order (the worker loop):
  *   1. every check_interval-th look for work: a batch from the injector (so
- *      injected work never starves behind local work), else the oldest task
- *      of the own deque if it has waited longer than RT__STARVATION_NS.
+ *      injected work never starves behind local work), after noting
+ *      whether the own deque's top has stood still for RT__STARVATION_NS.
  *      check_interval is rt_config.injector_interval while polls are
  *      short, fewer while they are long ("The injector's interval");
- *   2. the LIFO slot (the task scheduled last on this worker), then the own
+ *   2. while a rescue lasts, the own deque's top: the tasks that have been
+ *      there since the top stopped moving, oldest first ("Starving tasks");
+ *   3. the LIFO slot (the task scheduled last on this worker), then the own
  *      deque's bottom (the next newest);
- *   3. the deferred list (tasks woken during their own poll, yields), FIFO;
- *   4. a batch from the injector;
- *   5. searching: steal one task from random victims, spin_rounds times;
- *   6. park.
+ *   4. the deferred list (tasks woken during their own poll, yields), FIFO;
+ *   5. a batch from the injector;
+ *   6. searching: steal one task from random victims, spin_rounds times;
+ *   7. park.
  * Fairness therefore has three bounds: a yielded task runs after everything
  * runnable on its worker, and tasks that keep waking each other through the
  * LIFO slot get at most RT__LIFO_STREAK_MAX polls in a row ahead of it; a
- * deque task waits at most RT__STARVATION_NS behind newer work; injected work
+ * deque task waits at most about twice RT__STARVATION_NS (plus a check
+ * interval, plus one look per older starved task) behind newer work;
+ * injected work
  * at most injector_interval polls, and about RT__INJECTOR_CHECK_NS of polling
  * once the worker has measured its polls.
  *
@@ -478,26 +482,67 @@ static rt_task *steal_from_others(rt__worker *w)
     return NULL;
 }
 
-/* The oldest task of the own deque, if it has waited longer than a time
- * slice while newer tasks ran from the bottom; else NULL. Popping the bottom
- * is what makes fork-join run depth-first in little memory, so the top is
- * only taken when it is really starving: a task that keeps waking a partner
- * (or respawning itself) would otherwise hold the worker forever. Checked
- * at every look at the injector, with the coarse clock (a vDSO read). */
-static rt_task *take_starving_top(rt__worker *w)
+/* Starving tasks.
+ *
+ * The owner pops its deque's bottom, which is what makes fork-join run
+ * depth-first in little memory, and batches from the injector are pushed
+ * there too. So the oldest tasks, at the top, wait while newer ones keep
+ * arriving below them: a task that keeps waking a partner (or respawning
+ * itself), or a steady backlog in the injector, would hold them forever.
+ * Nobody steals them while every worker is busy.
+ *
+ * At every look at the injector the worker watches its deque, with the
+ * clock reading that look took anyway. A watch begins with the tasks then in the deque:
+ * the indices from the top up to the bottom. The top only grows (steals,
+ * spills, the last task taken), and the owner's pops lower `watched_low`,
+ * the lowest the bottom has been since the watch began, because a push
+ * after a pop reuses an index with a new task. So [top, watched_low) always
+ * holds tasks that were there when the watch began. Once they have waited
+ * RT__STARVATION_NS, the worker takes them from the top in order, one per
+ * look, before anything else but the check look itself (rescue_end).
+ * A watch ends when none of its tasks is left; a task pushed just after a
+ * watch began is covered by the next one, so it waits at most about twice
+ * RT__STARVATION_NS, plus a check interval. Taking one task per
+ * RT__STARVATION_NS, as before, let the hundredth buried task wait a
+ * second. */
+static void watch_for_starving_top(rt__worker *w, int64_t now)
 {
     uint64_t top = rt__load_relaxed_u64(&w->deque.top);
-    int64_t now = rt__coarse_now_ns();
-    if (top != w->watched_top || rt__deque_len_any(&w->deque) == 0) {
-        w->watched_top = top;
+    if ((int64_t)(w->watched_low - top) <= 0) {
+        /* None of this watch's tasks is left (an empty deque included). */
         w->watched_since = now;
-        return NULL;
+        w->watched_low = rt__load_relaxed_u64(&w->deque.bottom);
+        return;
     }
     if (now - w->watched_since < RT__STARVATION_NS)
-        return NULL;
+        return;
+    w->rescue_end = w->watched_low;
     w->watched_since = now;
+}
+
+/* The next starved task from the own deque's top, or NULL when the rescue
+ * is over (or lost a race with a thief, which took the task instead). */
+static rt_task *take_starved_top(rt__worker *w)
+{
+    uint64_t top = rt__load_relaxed_u64(&w->deque.top);
+    if ((int64_t)(w->rescue_end - top) <= 0 || rt__deque_len_any(&w->deque) == 0) {
+        w->rescue_end = 0;
+        return NULL;
+    }
     void *item = rt__deque_steal_any(&w->deque);
     return item != RT_DEQUE_LOST ? item : NULL;
+}
+
+/* Notes how low the own deque's bottom went (see "Starving tasks"): the
+ * indices at and above it will hold new tasks, which a watch or a rescue
+ * begun earlier must not count as old. */
+static inline void note_deque_low(rt__worker *w)
+{
+    uint64_t bottom = rt__load_relaxed_u64(&w->deque.bottom);
+    if ((int64_t)(bottom - w->watched_low) < 0)
+        w->watched_low = bottom;
+    if (w->rescue_end != 0 && (int64_t)(bottom - w->rescue_end) < 0)
+        w->rescue_end = bottom;
 }
 
 /* Moves the older half of the deferred list (at most half the deque's free
@@ -648,14 +693,18 @@ static rt_task *find_local_work(rt__worker *w)
             rt__stat_add(&w->stats.reactor_yields, 1);
             sched_yield();
         }
+        /* Before the injector: its batches are what may be burying them. */
+        watch_for_starving_top(w, now);
         t = take_from_injector(w);
-        if (t != NULL)
-            return t;
-        t = take_starving_top(w);
         if (t != NULL)
             return t;
         /* Local tasks wait at most this long behind a busy deque too. */
         t = pop_pinned(w);
+        if (t != NULL)
+            return t;
+    }
+    if (rt__unlikely(w->rescue_end != 0)) {
+        t = take_starved_top(w);
         if (t != NULL)
             return t;
     }
@@ -676,8 +725,10 @@ static rt_task *find_local_work(rt__worker *w)
     }
     w->lifo_streak = 0;
     t = rt__deque_take_owner(&w->deque);
-    if (t != NULL)
+    if (t != NULL) {
+        note_deque_low(w);
         return t;
+    }
     t = pop_pinned(w);
     if (t != NULL)
         return t;

@@ -1372,6 +1372,100 @@ Test(task, tasks_injected_from_outside_are_not_starved_by_a_yielding_task)
     }
 }
 
+/* ---- local tasks are not buried by injected ones ------------------------ */
+
+/* The children must fit in the deque (capacity 256 by default, as low as
+ * 16 with -Ddeque_capacity): a full deque spills its oldest tasks to the
+ * injector's tail, behind every filler. */
+#ifndef RT_DEQUE_CAPACITY
+#define RT_DEQUE_CAPACITY 256
+#endif
+#define BURIED_CHILDREN (RT_DEQUE_CAPACITY / 4 < 100 ? RT_DEQUE_CAPACITY / 4 : 100)
+#define INJECTED_FILLERS 20000
+#define FILLER_SPIN_NS 4000 /* 20,000 fillers: an 80 ms backlog */
+
+/* One tick per poll of a filler or a buried child: the single worker's
+ * own order of polls. */
+static atomic_uint poll_ticks;
+static atomic_uint child_ticks[BURIED_CHILDREN];
+static atomic_uint children_spawned_at;
+static struct event burial_polls = EVENT_INIT; /* one per filler or child poll */
+
+static rt_poll filler_poll(void *state, rt_context *cx, void **out)
+{
+    (void)state;
+    (void)cx;
+    int64_t until = rt_now_ns() + FILLER_SPIN_NS;
+    while (rt_now_ns() < until)
+        ;
+    atomic_fetch_add(&poll_ticks, 1);
+    event_signal(&burial_polls);
+    *out = NULL;
+    return RT_READY;
+}
+
+static rt_poll buried_child_poll(void *state, rt_context *cx, void **out)
+{
+    (void)cx;
+    int index = *(int *)state;
+    atomic_store(&child_ticks[index], atomic_fetch_add(&poll_ticks, 1));
+    event_signal(&burial_polls);
+    *out = NULL;
+    return RT_READY;
+}
+
+/* Holds the only worker until the fillers are queued in the injector, then
+ * spawns its children onto that worker (its LIFO slot and deque). */
+static rt_poll burying_parent_poll(void *state, rt_context *cx, void **out)
+{
+    struct blocker *b = *(struct blocker **)state;
+    (void)cx;
+    event_signal(&b->entered);
+    event_wait_for(&b->release, 1);
+    atomic_store(&children_spawned_at, atomic_load(&poll_ticks));
+    for (int i = 0; i < BURIED_CHILDREN; i++)
+        if (rt_spawn(NULL, buried_child_poll, NULL, &i, sizeof i, NULL) != 0)
+            atomic_fetch_add(&spawn_failures, 1);
+    *out = NULL;
+    return RT_READY;
+}
+
+Test(task, tasks_on_a_deque_buried_by_injected_batches_run_once_they_starve)
+{
+    /* Each look at the injector pushes a batch onto the deque's bottom,
+     * which the worker pops first: the children left at the top stay
+     * there while the backlog lasts. Once they have waited
+     * RT__STARVATION_NS (10 ms, read from a clock of 4 ms steps), they are
+     * taken from the top, one per look: the last child ran within
+     * 1,021-1,647 polls (measured; a filler's poll takes somewhat more
+     * than its 4 us spin). Without that, one child every 10 ms left the
+     * top, and only at looks that found the injector empty: the last child
+     * waited for the whole backlog (20,099 polls, measured). A slower
+     * build polls fewer fillers in those 10 ms, so the bound, half the
+     * backlog, only gets looser there. */
+    static struct blocker parent = {EVENT_INIT, EVENT_INIT};
+    rt_runtime *rt = new_runtime(1);
+    struct blocker *bp = &parent;
+    cr_assert_eq(RT_SPAWN(rt, burying_parent_poll, NULL, &bp, NULL), 0);
+    cr_assert(event_wait_for(&parent.entered, 1));
+    for (int i = 0; i < INJECTED_FILLERS; i++)
+        cr_assert_eq(rt_spawn(rt, filler_poll, NULL, NULL, 0, NULL), 0);
+    event_signal(&parent.release);
+    cr_assert(event_wait_for(&burial_polls, INJECTED_FILLERS + BURIED_CHILDREN));
+    finish_runtime(rt, 0);
+    cr_assert_eq(atomic_load(&spawn_failures), 0);
+    unsigned spawned_at = atomic_load(&children_spawned_at);
+    unsigned latest = 0;
+    for (int i = 0; i < BURIED_CHILDREN; i++) {
+        unsigned waited = atomic_load(&child_ticks[i]) - spawned_at;
+        if (waited > latest)
+            latest = waited;
+    }
+    cr_assert_leq(latest, INJECTED_FILLERS / 2u,
+                  "a child spawned on the worker waited %u polls behind %d injected tasks", latest,
+                  INJECTED_FILLERS);
+}
+
 /* ---- wake-ups and polls ---------------------------------------------------- */
 
 static rt_waker stashed_waker;
