@@ -38,13 +38,6 @@ int64_t rt__deadline_after(int64_t timeout_ns)
     return timeout_ns > INT64_MAX - now ? -1 : now + timeout_ns;
 }
 
-int64_t rt__coarse_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
     struct timespec ts, *tsp = NULL;

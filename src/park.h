@@ -64,7 +64,5 @@ extern __thread rt__clock_reading rt__tls_clock __attribute__((tls_model("initia
 /* The absolute deadline `timeout_ns` from now, or -1 (none) for a negative
  * timeout or one that would overflow. */
 int64_t rt__deadline_after(int64_t timeout_ns);
-/* The same at the kernel tick's resolution (a few ms), much cheaper. */
-int64_t rt__coarse_now_ns(void);
 
 #endif

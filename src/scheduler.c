@@ -5,11 +5,11 @@
  * Finding work, in order (the worker loop):
  *   1. every check_interval-th look for work: a batch from the injector (so
  *      injected work never starves behind local work), after noting
- *      whether the own deque's top has stood still for RT__STARVATION_NS.
+ *      whether the own deque's oldest tasks have waited RT__STARVATION_NS.
  *      check_interval is rt_config.injector_interval while polls are
  *      short, fewer while they are long ("The injector's interval");
- *   2. while a rescue lasts, the own deque's top: the tasks that have been
- *      there since the top stopped moving, oldest first ("Starving tasks");
+ *   2. while a rescue lasts, the own deque's top: the tasks that have
+ *      waited that long, oldest first ("Starving tasks");
  *   3. the LIFO slot (the task scheduled last on this worker), then the own
  *      deque's bottom (the next newest);
  *   4. the deferred list (tasks woken during their own poll, yields), FIFO;
@@ -21,9 +21,8 @@
  * LIFO slot get at most RT__LIFO_STREAK_MAX polls in a row ahead of it; a
  * deque task waits at most about twice RT__STARVATION_NS (plus a check
  * interval, plus one look per older starved task) behind newer work;
- * injected work
- * at most injector_interval polls, and about RT__INJECTOR_CHECK_NS of polling
- * once the worker has measured its polls.
+ * injected work at most injector_interval polls, and about
+ * RT__INJECTOR_CHECK_NS of polling once the worker has measured its polls.
  *
  * Idle coordination (after Tokio's): one word counts searching and unparked
  * workers. At most half the workers search at once. Whoever makes work
@@ -492,11 +491,11 @@ static rt_task *steal_from_others(rt__worker *w)
  * Nobody steals them while every worker is busy.
  *
  * At every look at the injector the worker watches its deque, with the
- * clock reading that look took anyway. A watch begins with the tasks then in the deque:
- * the indices from the top up to the bottom. The top only grows (steals,
- * spills, the last task taken), and the owner's pops lower `watched_low`,
- * the lowest the bottom has been since the watch began, because a push
- * after a pop reuses an index with a new task. So [top, watched_low) always
+ * clock reading that look took anyway. A watch begins with the tasks then
+ * in the deque: the indices from the top up to the bottom. The top only
+ * grows (steals, spills, the last task taken), and the owner's pops lower
+ * `watched_low`, the lowest the bottom has been since the watch began,
+ * because a push after a pop reuses an index with a new task. So [top, watched_low) always
  * holds tasks that were there when the watch began. Once they have waited
  * RT__STARVATION_NS, the worker takes them from the top in order, one per
  * look, before anything else but the check look itself (rescue_end).
@@ -525,7 +524,9 @@ static void watch_for_starving_top(rt__worker *w, int64_t now)
 static rt_task *take_starved_top(rt__worker *w)
 {
     uint64_t top = rt__load_relaxed_u64(&w->deque.top);
-    if ((int64_t)(w->rescue_end - top) <= 0 || rt__deque_len_any(&w->deque) == 0) {
+    /* rescue_end never exceeds the bottom (note_deque_low), so this also
+     * ends a rescue whose tasks thieves have taken. */
+    if ((int64_t)(w->rescue_end - top) <= 0) {
         w->rescue_end = 0;
         return NULL;
     }
