@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "block_pool.h"
+#include "fault.h"
 
 #define RT__MAGAZINE_SIZE 256u
 #define RT__BLOCK_CACHE_IDLE_NS 1000000000ll
@@ -93,6 +94,8 @@ static inline void rt__block_cache_push(rt__block_cache *c, void *b)
  * without a cache). NULL when memory is exhausted. */
 static inline void *rt__block_alloc(rt__block_cache *c)
 {
+    if (RT__FAULT(RT__FAULT_ALLOC) != 0)
+        return NULL;
     return c != NULL ? rt__block_cache_pop(c) : rt__block_pool_alloc();
 }
 

@@ -1,6 +1,7 @@
 /* The process-wide pool of 128-byte blocks in address-ordered slabs; see
  * block_pool.h. */
 #include "block_pool.h"
+#include "fault.h"
 
 #include "atomic.h"
 
@@ -96,7 +97,7 @@ static void set_spare(uint32_t n)
 static bool map_region(void)
 {
     size_t len = REGION_SIZE + RT__SLAB_SIZE;
-    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = rt__mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return false;
     /* Trim to an aligned REGION_SIZE: the pages around it were never touched. */

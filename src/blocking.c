@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "fault.h"
 #include "atomic.h"
 #include "blocking.h"
 #include "runtime.h"
@@ -51,17 +52,17 @@ static void pool_unref_locked(rt__blocking_pool *p)
 
 int rt__blocking_pool_new(const rt_config *cfg, rt__blocking_pool **out)
 {
-    rt__blocking_pool *p = calloc(1, sizeof(*p));
+    rt__blocking_pool *p = rt__calloc(1, sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     /* Idle timeouts and the shutdown deadline are on the monotonic clock. */
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int err = pthread_mutex_init(&p->lock, NULL);
-    if (err == 0 && (err = pthread_cond_init(&p->work, &attr)) != 0)
+    int err = rt__pthread_mutex_init(&p->lock, NULL);
+    if (err == 0 && (err = rt__pthread_cond_init(&p->work, &attr)) != 0)
         pthread_mutex_destroy(&p->lock);
-    if (err == 0 && (err = pthread_cond_init(&p->drained, &attr)) != 0) {
+    if (err == 0 && (err = rt__pthread_cond_init(&p->drained, &attr)) != 0) {
         pthread_cond_destroy(&p->work);
         pthread_mutex_destroy(&p->lock);
     }
@@ -158,7 +159,7 @@ static int start_thread_locked(rt__blocking_pool *p)
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
-    int err = pthread_create(&tid, &attr, pool_thread_main, p);
+    int err = rt__pthread_create(&tid, &attr, pool_thread_main, p);
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     pthread_attr_destroy(&attr);
     if (err != 0) {

@@ -20,6 +20,7 @@
 #include <asyncrt/channel.h>
 #include <asyncrt/task.h>
 
+#include "fault.h"
 #include "common.h"
 #include "runtime.h"
 #include "waitq.h"
@@ -41,7 +42,7 @@ RT_EXPORT int rt_oneshot_new(rt_oneshot **out)
 {
     if (out == NULL)
         return -EINVAL;
-    rt_oneshot *o = calloc(1, sizeof(*o));
+    rt_oneshot *o = rt__calloc(1, sizeof(*o));
     if (o == NULL)
         return -ENOMEM;
     o->rx_waker = rt__waker_noop();
@@ -223,7 +224,7 @@ RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
 {
     if (out == NULL || capacity == 0 || capacity > RT__CHAN_MAX_CAPACITY)
         return -EINVAL;
-    rt_chan *ch = calloc(1, sizeof(*ch) + capacity * sizeof(void *));
+    rt_chan *ch = rt__calloc(1, sizeof(*ch) + capacity * sizeof(void *));
     if (ch == NULL)
         return -ENOMEM;
     ch->senders = 1;

@@ -24,6 +24,7 @@
 
 #include <asyncrt/group.h>
 
+#include "fault.h"
 #include "common.h"
 #include "runtime.h"
 #include "waitq.h"
@@ -98,7 +99,7 @@ RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *ar
         rt = rt_current();
     if (rt == NULL)
         return -EINVAL;
-    rt_group *g = calloc(1, sizeof(*g));
+    rt_group *g = rt__calloc(1, sizeof(*g));
     if (g == NULL)
         return -ENOMEM;
     g->rt = rt;
@@ -190,12 +191,12 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     if (g == NULL || poll == NULL || (state == NULL && size > 0) ||
         size > (SIZE_MAX >> 2) - sizeof(struct group_child))
         return -EINVAL;
-    struct child_record *rec = calloc(1, sizeof(*rec));
+    struct child_record *rec = rt__calloc(1, sizeof(*rec));
     size_t total = sizeof(struct group_child) + size;
     /* The wrapper's state is assembled here and copied into the task by the
      * spawn: on the stack when small (the usual case), else on the heap. */
     _Alignas(16) unsigned char small[RT__GROUP_STACK_STATE];
-    struct group_child *c = total <= sizeof small ? (struct group_child *)small : malloc(total);
+    struct group_child *c = total <= sizeof small ? (struct group_child *)small : rt__malloc(total);
     if (rec == NULL || c == NULL) {
         free(rec);
         if ((unsigned char *)c != small)

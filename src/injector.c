@@ -8,6 +8,7 @@
  * visible to the worker that dequeues it. The exchange is also the StoreLoad
  * barrier between the push and the producer's read of the idle state. */
 #include "injector.h"
+#include "fault.h"
 
 #include <errno.h>
 
@@ -16,7 +17,7 @@
 int rt__injector_init(rt__injector *inj)
 {
     __cds_wfcq_init(&inj->head, &inj->tail);
-    int err = pthread_mutex_init(&inj->consumer_lock, NULL);
+    int err = rt__pthread_mutex_init(&inj->consumer_lock, NULL);
     return -err;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "atomic.h"
 #include "io_internal.h"
 #include "reactor.h"
@@ -111,7 +112,7 @@ void rt__io_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *read
 
 int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **out)
 {
-    rt_io *io = calloc(1, sizeof(*io));
+    rt_io *io = rt__calloc(1, sizeof(*io));
     if (io == NULL)
         return -ENOMEM;
     io->fd = fd;
@@ -136,7 +137,7 @@ int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **ou
                              .data.ptr = io};
     /* The reactor gets io through epoll, which TSan cannot see. */
     rt__tsan_release(io);
-    if (epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+    if (rt__epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
         int err = -errno;
         pthread_mutex_unlock(&rt->io_lock);
         free(io);

@@ -10,6 +10,7 @@
 
 #include <asyncrt/net.h>
 
+#include "fault.h"
 #include "io_internal.h"
 #include "runtime.h"
 
@@ -39,7 +40,7 @@ RT_EXPORT int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage
 /* A new socket of `type` for addr's family, with the RT_NET_* options. */
 static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
 {
-    int fd = socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = rt__socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     int one = 1;
@@ -108,7 +109,7 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
             return RT_PENDING;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = rt__accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             *err = adopt_or_close(listener->rt, fd, listener->is_tcp, conn);
             if (*err == 0 && peer != NULL) {

@@ -6,6 +6,7 @@
  * syscall itself re-checks the word in the kernel, so an unpark that slips in
  * between the CAS to PARKED and FUTEX_WAIT makes the wait return at once. */
 #include "park.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -122,7 +123,7 @@ static const rt_waker_vtable thread_waker_vtable = {
 
 rt__thread_waker *rt__thread_waker_new(void)
 {
-    rt__thread_waker *tw = malloc(sizeof(*tw));
+    rt__thread_waker *tw = rt__malloc(sizeof(*tw));
     if (tw == NULL)
         return NULL;
     tw->refs = 1;

@@ -36,6 +36,7 @@
 #include <asyncrt/timer.h>
 
 #include "atomic.h"
+#include "fault.h"
 #include "io_internal.h"
 #include "runtime.h"
 #include "timer_internal.h"
@@ -515,7 +516,7 @@ static void *reactor_main(void *arg)
     rt_runtime *rt = arg;
     rt__reactor *r = &rt->reactor;
     struct epoll_event events[RT_REACTOR_EVENTS];
-    rt__wake_batch *batch = malloc(sizeof(*batch));
+    rt__wake_batch *batch = rt__malloc(sizeof(*batch));
     if (batch == NULL)
         return NULL; /* rt__reactor_start checked this allocation can succeed */
     batch->rt = rt;
@@ -607,32 +608,32 @@ int rt__reactor_start(rt_runtime *rt)
     rt__timer_wheel_init(&r->wheel, 0);
     rt__block_cache_init(&r->cache);
     __cds_wfcq_init(&r->cmd_head, &r->cmd_tail);
-    int err = -pthread_mutex_init(&r->release_lock, NULL);
+    int err = -rt__pthread_mutex_init(&r->release_lock, NULL);
     if (err < 0)
         return err;
-    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    r->epfd = rt__epoll_create1(EPOLL_CLOEXEC);
     if (r->epfd < 0)
         goto fail_errno;
-    r->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    r->wakefd = rt__eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r->wakefd < 0)
         goto fail_errno;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &wakefd_marker};
-    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
+    if (rt__epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
         goto fail_errno;
-    r->napfd = epoll_create1(EPOLL_CLOEXEC);
+    r->napfd = rt__epoll_create1(EPOLL_CLOEXEC);
     if (r->napfd < 0)
         goto fail_errno;
-    if (epoll_ctl(r->napfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
+    if (rt__epoll_ctl(r->napfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
         goto fail_errno;
     /* The thread's batch is allocated by the thread; check memory now so a
      * failure is an error here, not a silent reactor-less runtime later. */
-    void *probe = malloc(sizeof(rt__wake_batch));
+    void *probe = rt__malloc(sizeof(rt__wake_batch));
     if (probe == NULL) {
         err = -ENOMEM;
         goto fail;
     }
     free(probe);
-    err = -pthread_create(&r->thread, NULL, reactor_main, rt);
+    err = -rt__pthread_create(&r->thread, NULL, reactor_main, rt);
     if (err < 0)
         goto fail;
     pthread_setname_np(r->thread, "asyncrt-reactor");

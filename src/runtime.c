@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "atomic.h"
 #include "io_internal.h"
 #include "runtime.h"
@@ -93,13 +94,13 @@ static int init_shards(rt_runtime *rt)
 {
     /* Enough foreign shards that a few spawning threads rarely share one. */
     rt->nforeign = rt->nworkers < 4 ? 4 : rt->nworkers;
-    rt->foreign = aligned_alloc(RT_CACHELINE, rt->nforeign * sizeof(rt__foreign_shard));
+    rt->foreign = rt__aligned_alloc(RT_CACHELINE, rt->nforeign * sizeof(rt__foreign_shard));
     if (rt->foreign == NULL)
         return -ENOMEM;
     memset(rt->foreign, 0, rt->nforeign * sizeof(rt__foreign_shard));
     for (unsigned i = 0; i < rt->nforeign; i++) {
         rt__block_cache_init(&rt->foreign[i].cache);
-        int err = pthread_mutex_init(&rt->foreign[i].lock, NULL);
+        int err = rt__pthread_mutex_init(&rt->foreign[i].lock, NULL);
         if (err != 0) {
             destroy_shards(rt, i);
             return -err;
@@ -121,7 +122,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0)
         return -EINVAL;
 
-    rt_runtime *rt = aligned_alloc(RT_CACHELINE, sizeof(*rt));
+    rt_runtime *rt = rt__aligned_alloc(RT_CACHELINE, sizeof(*rt));
     if (rt == NULL)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
@@ -132,8 +133,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     rt->idle_state = (uint64_t)rt->nworkers * RT__IDLE_UNPARKED_ONE;
 
     int err = -ENOMEM;
-    rt->workers = aligned_alloc(RT_CACHELINE, rt->nworkers * sizeof(rt__worker));
-    rt->sleepers = calloc(rt->nworkers, sizeof(unsigned));
+    rt->workers = rt__aligned_alloc(RT_CACHELINE, rt->nworkers * sizeof(rt__worker));
+    rt->sleepers = rt__calloc(rt->nworkers, sizeof(unsigned));
     if (rt->workers == NULL || rt->sleepers == NULL)
         goto fail_alloc;
     memset(rt->workers, 0, rt->nworkers * sizeof(rt__worker));
@@ -143,14 +144,14 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         rt__injector_destroy(&rt->injector);
         goto fail_alloc;
     }
-    if ((err = -pthread_mutex_init(&rt->sleepers_lock, NULL)) < 0)
+    if ((err = -rt__pthread_mutex_init(&rt->sleepers_lock, NULL)) < 0)
         goto fail_injector;
-    if ((err = -pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
+    if ((err = -rt__pthread_mutex_init(&rt->lifecycle_lock, NULL)) < 0)
         goto fail_sleepers;
     rt__block_pool_attach();
     if ((err = init_shards(rt)) < 0)
         goto fail_pool;
-    if ((err = -pthread_mutex_init(&rt->io_lock, NULL)) < 0)
+    if ((err = -rt__pthread_mutex_init(&rt->io_lock, NULL)) < 0)
         goto fail_shards;
     if ((err = rt__blocking_pool_new(cfg, &rt->blocking)) < 0) {
         pthread_mutex_destroy(&rt->io_lock);
@@ -183,7 +184,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_io;
     }
     for (unsigned i = 0; i < rt->nworkers; i++) {
-        int perr = pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
+        int perr = rt__pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
         if (perr != 0) {
             pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             stop_and_join_workers(rt);

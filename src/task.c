@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "atomic.h"
 #include "runtime.h"
 
@@ -48,11 +49,11 @@ static rt_task *task_alloc(rt__block_cache *cache, size_t size, const char *name
             return t;
         }
         *flags = 0;
-        return malloc(sizeof(rt_task) + size);
+        return rt__malloc(sizeof(rt_task) + size);
     }
     size_t name_len = name != NULL ? strnlen(name, RT_TASK_NAME_MAX) : 0;
     size_t name_bytes = name != NULL ? name_len + 1 : 0;
-    char *base = malloc(sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
+    char *base = rt__malloc(sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
     if (base == NULL)
         return NULL;
     t = (rt_task *)(base + sizeof(rt__task_ext));
