@@ -1,0 +1,796 @@
+/* One fault-injection case (see test_fault.c, which runs this program once
+ * per case): runs the named scenario on a fresh runtime with request number
+ * N failed (and every later one with --persistent), frees the runtime, checks
+ * what the scenario saw, and writes a struct fault_report to descriptor 3.
+ * LeakSanitizer's check at exit then turns a leak into exit status 23.
+ *
+ *     fault_case SCENARIO N [--persistent]
+ *
+ * A scenario records in the ledger what each task did; after
+ * rt_runtime_free the case checks:
+ *   - every error a call returned is one the header documents for a resource
+ *     failure (ENOMEM, EAGAIN, EMFILE), or the documented consequence of one;
+ *   - every task that was spawned had its drop run exactly once, and a task
+ *     whose spawn failed never ran (rt_block_on included: on any error but
+ *     -ECANCELED its future never ran);
+ *   - the process's descriptors and threads are back to what they were. */
+#include <asyncrt.h>
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "fault_report.h"
+
+#define MAX_SLOTS 64
+
+/* ---- The ledger: what each task did (one child process per case) -------- */
+
+static struct {
+    atomic_uint next;                 /* slots handed out */
+    atomic_uint spawned[MAX_SLOTS];   /* 1 once the spawn succeeded */
+    atomic_uint polled[MAX_SLOTS];    /* polls */
+    atomic_uint dropped[MAX_SLOTS];   /* drops (must end at spawned) */
+    atomic_uint bad_errors;           /* errors outside the documented set */
+    char first_bad[160];              /* the first of them, in words */
+} ledger;
+
+static unsigned slot_take(void)
+{
+    unsigned s = atomic_fetch_add(&ledger.next, 1);
+    assert(s < MAX_SLOTS);
+    return s;
+}
+
+/* Records a spawn's outcome for its slot; returns err. */
+static int slot_spawned(unsigned slot, int err)
+{
+    if (err == 0)
+        atomic_store(&ledger.spawned[slot], 1);
+    return err;
+}
+
+/* The errors a failed resource request may surface as. */
+static bool resource_errno(int err)
+{
+    return err == -ENOMEM || err == -EAGAIN || err == -EMFILE;
+}
+
+/* Checks that `err` is 0 or one of `extra` (a 0-terminated list) or a
+ * resource errno; records the first that is not. Returns err. */
+static int expect(const char *what, int err, const int *extra)
+{
+    if (err == 0 || resource_errno(err))
+        return err;
+    for (; extra != NULL && *extra != 0; extra++)
+        if (err == *extra)
+            return err;
+    if (atomic_fetch_add(&ledger.bad_errors, 1) == 0)
+        snprintf(ledger.first_bad, sizeof ledger.first_bad, "%s returned %d (%s)", what, err,
+                 rt_strerror(err));
+    return err;
+}
+#define EXPECT(call) expect(#call, (call), NULL)
+#define EXPECT_OR(call, ...) expect(#call, (call), (const int[]){__VA_ARGS__, 0})
+
+/* ---- Small futures ------------------------------------------------------ */
+
+/* A child: counts its polls, yields `yields` times, returns its slot. */
+struct child {
+    rt_coro co;
+    unsigned slot;
+    int yields;
+};
+
+static rt_poll child_poll(void *p, rt_context *cx, void **out)
+{
+    struct child *c = p;
+    atomic_fetch_add(&ledger.polled[c->slot], 1);
+    RT_CORO_BEGIN(&c->co);
+    while (c->yields-- > 0)
+        RT_YIELD(&c->co, cx);
+    RT_RETURN(&c->co, out, (uintptr_t)c->slot);
+    RT_CORO_END(&c->co, out);
+}
+
+static void child_drop(void *p)
+{
+    struct child *c = p;
+    atomic_fetch_add(&ledger.dropped[c->slot], 1);
+}
+
+static int spawn_child(rt_runtime *rt, int yields, rt_task **handle)
+{
+    struct child c = {.slot = slot_take(), .yields = yields};
+    return slot_spawned(c.slot, rt_spawn(rt, child_poll, child_drop, &c, sizeof c, handle));
+}
+
+/* A future that never finishes and stores no waker: only a timeout ends it. */
+static rt_poll never_poll(void *p, rt_context *cx, void **out)
+{
+    (void)p, (void)cx, (void)out;
+    return RT_PENDING;
+}
+
+/* ---- Scenarios ---------------------------------------------------------- */
+
+/* Every root future starts with these fields: its slot and the first error it
+ * met (its result). */
+struct root_head {
+    rt_coro co;
+    unsigned slot;
+    int err;
+};
+
+static void root_drop_head(struct root_head *h)
+{
+    atomic_fetch_add(&ledger.dropped[h->slot], 1);
+}
+
+/* Runs `poll` as the root task with rt_block_on, checking its promise, and
+ * returns the root's own error (or rt_block_on's). */
+static int run_root(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state, size_t size)
+{
+    struct root_head *h = state;
+    h->slot = slot_take();
+    void *value = NULL;
+    int err = EXPECT_OR(rt_block_on(rt, poll, drop, state, size, &value), -ECANCELED);
+    if (err == 0 || err == -ECANCELED)
+        atomic_store(&ledger.spawned[h->slot], 1);
+    /* On other errors the ledger expects no poll and no drop for the slot. */
+    return err != 0 ? err : (int)(intptr_t)value;
+}
+
+/* Creates the runtime a scenario runs on. */
+static int new_rt(unsigned workers, rt_runtime **rt)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = workers;
+    cfg.blocking_shutdown_ns = 2000000000;
+    return EXPECT(rt_runtime_new(&cfg, rt));
+}
+
+/* 1. Start, run a trivial future, stop. */
+struct trivial {
+    struct root_head h;
+};
+
+static rt_poll trivial_poll(void *p, rt_context *cx, void **out)
+{
+    (void)cx;
+    struct trivial *t = p;
+    atomic_fetch_add(&ledger.polled[t->h.slot], 1);
+    *out = NULL;
+    return RT_READY;
+}
+
+static void trivial_drop(void *p)
+{
+    root_drop_head(p);
+}
+
+static int scenario_runtime(rt_runtime *rt)
+{
+    struct trivial t = {0};
+    return run_root(rt, trivial_poll, trivial_drop, &t, sizeof t);
+}
+
+/* 2. Spawning: joins, an abort, a detach, a named local task, a detached
+ * spawn, and a foreign-thread wait. */
+struct spawner {
+    struct root_head h;
+    rt_task *tasks[4];
+    int i;
+    int status;
+};
+
+static rt_poll spawner_poll(void *p, rt_context *cx, void **out)
+{
+    struct spawner *s = p;
+    atomic_fetch_add(&ledger.polled[s->h.slot], 1);
+    RT_CORO_BEGIN(&s->h.co);
+    for (s->i = 0; s->i < 4; s->i++) {
+        if ((s->h.err = EXPECT(spawn_child(NULL, s->i, &s->tasks[s->i]))) < 0)
+            RT_RETURN(&s->h.co, out, (intptr_t)s->h.err);
+    }
+    {
+        rt_spawn_options opts;
+        rt_spawn_options_init(&opts);
+        opts.name = "local";
+        opts.worker = RT_WORKER_CURRENT;
+        struct child c = {.slot = slot_take(), .yields = 2};
+        s->h.err = EXPECT(slot_spawned(
+            c.slot, rt_spawn_ex(NULL, &opts, child_poll, child_drop, &c, sizeof c, NULL)));
+        if (s->h.err == 0)
+            s->h.err = EXPECT(spawn_child(NULL, 1, NULL));
+    }
+    rt_task_abort(s->tasks[2]);
+    rt_task_detach(s->tasks[3]);
+    s->tasks[3] = NULL;
+    for (s->i = 0; s->i < 3; s->i++) {
+        RT_AWAIT(&s->h.co, rt_task_join(s->tasks[s->i], cx, NULL, &s->status));
+        s->tasks[s->i] = NULL;
+        if (s->status != 0 && !(s->i == 2 && s->status == -ECANCELED))
+            expect("rt_task_join status", s->status, NULL);
+    }
+    RT_RETURN(&s->h.co, out, (intptr_t)s->h.err);
+    RT_CORO_END(&s->h.co, out);
+}
+
+static void spawner_drop(void *p)
+{
+    struct spawner *s = p;
+    for (int i = 0; i < 4; i++)
+        rt_task_detach(s->tasks[i]);
+    root_drop_head(&s->h);
+}
+
+static int scenario_spawn(rt_runtime *rt)
+{
+    struct spawner s = {0};
+    int err = run_root(rt, spawner_poll, spawner_drop, &s, sizeof s);
+    /* And from this (foreign) thread: spawn, then wait. */
+    rt_task *t = NULL;
+    int e = EXPECT(spawn_child(rt, 1, &t));
+    if (e == 0) {
+        e = EXPECT(rt_task_wait(t, -1, NULL));
+        if (e < 0)
+            rt_task_detach(t);
+    }
+    return err != 0 ? err : e;
+}
+
+/* 3. Timers: a sleep, a timeout that fires, an interval's two ticks. */
+struct timers {
+    struct root_head h;
+    rt_sleep sleep;
+    rt_timeout timeout;
+    rt_interval interval;
+    int ticks;
+};
+
+static rt_poll timers_poll(void *p, rt_context *cx, void **out)
+{
+    struct timers *t = p;
+    atomic_fetch_add(&ledger.polled[t->h.slot], 1);
+    RT_CORO_BEGIN(&t->h.co);
+    rt_sleep_init(&t->sleep, NULL, 1000000);
+    RT_AWAIT(&t->h.co, rt_sleep_poll(&t->sleep, cx, &t->h.err));
+    rt_sleep_drop(&t->sleep);
+    if (EXPECT(t->h.err) < 0)
+        RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    rt_timeout_init(&t->timeout, NULL, 2000000);
+    RT_AWAIT(&t->h.co, rt_timeout_poll(&t->timeout, cx, never_poll, NULL, NULL, &t->h.err));
+    rt_timeout_drop(&t->timeout);
+    if (t->h.err == -ETIMEDOUT)
+        t->h.err = 0;
+    else if (EXPECT(t->h.err) == 0)
+        expect("timeout of a never-ready future", -EPROTO, NULL);
+    if (t->h.err < 0)
+        RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    rt_interval_init(&t->interval, NULL, 1000000);
+    for (t->ticks = 0; t->ticks < 2; t->ticks++) {
+        RT_AWAIT(&t->h.co, rt_interval_poll(&t->interval, cx, &t->h.err));
+        if (EXPECT(t->h.err) < 0)
+            break;
+    }
+    rt_interval_drop(&t->interval);
+    RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    RT_CORO_END(&t->h.co, out);
+}
+
+static void timers_drop(void *p)
+{
+    struct timers *t = p;
+    rt_sleep_drop(&t->sleep);
+    rt_timeout_drop(&t->timeout);
+    rt_interval_drop(&t->interval);
+    root_drop_head(&t->h);
+}
+
+static int scenario_timers(rt_runtime *rt)
+{
+    struct timers t = {0};
+    return run_root(rt, timers_poll, timers_drop, &t, sizeof t);
+}
+
+/* 4. TCP: a server task accepts and echoes one message; the root connects,
+ * writes, joins the server (so a failed server never leaves the client
+ * waiting), then reads the echo. */
+struct server {
+    rt_coro co;
+    unsigned slot;
+    rt_io *listener; /* borrowed from the root */
+    rt_io *conn;
+    char buf[64];
+    ssize_t n;
+    size_t progress;
+    ssize_t result;
+    int err;
+};
+
+static rt_poll server_poll(void *p, rt_context *cx, void **out)
+{
+    struct server *s = p;
+    atomic_fetch_add(&ledger.polled[s->slot], 1);
+    RT_CORO_BEGIN(&s->co);
+    RT_AWAIT(&s->co, rt_tcp_accept(s->listener, cx, &s->conn, NULL, NULL, &s->err));
+    if (EXPECT(s->err) < 0)
+        RT_RETURN(&s->co, out, (intptr_t)s->err);
+    RT_AWAIT(&s->co, rt_io_read(s->conn, cx, s->buf, sizeof s->buf, &s->n));
+    if (s->n <= 0) {
+        s->err = s->n < 0 ? (int)s->n : -EPROTO;
+        expect("server read", s->err, NULL);
+        RT_RETURN(&s->co, out, (intptr_t)s->err);
+    }
+    RT_AWAIT(&s->co,
+             rt_io_write_all(s->conn, cx, s->buf, (size_t)s->n, &s->progress, &s->result));
+    s->err = s->result < 0 ? expect("server write", (int)s->result, NULL) : 0;
+    RT_RETURN(&s->co, out, (intptr_t)s->err);
+    RT_CORO_END(&s->co, out);
+}
+
+static void server_drop(void *p)
+{
+    struct server *s = p;
+    rt_io_close(s->conn);
+    atomic_fetch_add(&ledger.dropped[s->slot], 1);
+}
+
+struct tcp {
+    struct root_head h;
+    rt_io *listener;
+    rt_io *client;
+    rt_task *server;
+    rt_tcp_connect connect;
+    struct sockaddr_storage addr;
+    socklen_t len;
+    size_t progress;
+    ssize_t result;
+    char buf[16];
+    void *value;
+    int status;
+};
+
+static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
+{
+    struct tcp *t = p;
+    atomic_fetch_add(&ledger.polled[t->h.slot], 1);
+    RT_CORO_BEGIN(&t->h.co);
+    rt_net_addr("127.0.0.1", 0, &t->addr, &t->len);
+    if ((t->h.err = EXPECT(rt_tcp_listen(NULL, (struct sockaddr *)&t->addr, t->len, 16,
+                                         RT_NET_REUSEADDR, &t->listener))) < 0)
+        RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    rt_net_local_addr(t->listener, &t->addr, &t->len);
+    {
+        struct server s = {.slot = slot_take(), .listener = t->listener};
+        t->h.err = EXPECT(
+            slot_spawned(s.slot, rt_spawn(NULL, server_poll, server_drop, &s, sizeof s, &t->server)));
+        if (t->h.err < 0)
+            RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    }
+    rt_tcp_connect_init(&t->connect, NULL, 0);
+    RT_AWAIT(&t->h.co, rt_tcp_connect_poll(&t->connect, cx, (struct sockaddr *)&t->addr, t->len,
+                                           &t->client, &t->h.err));
+    rt_tcp_connect_drop(&t->connect);
+    if (EXPECT(t->h.err) < 0) {
+        /* The server may wait for a connection that never comes. */
+        rt_task_abort(t->server);
+    } else {
+        RT_AWAIT(&t->h.co, rt_io_write_all(t->client, cx, "ping", 4, &t->progress, &t->result));
+        if (t->result < 0)
+            t->h.err = expect("client write", (int)t->result, NULL);
+    }
+    RT_AWAIT(&t->h.co, rt_task_join(t->server, cx, &t->value, &t->status));
+    t->server = NULL;
+    if (t->h.err == 0 && t->status == 0 && t->value == NULL) {
+        RT_AWAIT(&t->h.co, rt_io_read(t->client, cx, t->buf, sizeof t->buf, &t->result));
+        if (t->result != 4 || memcmp(t->buf, "ping", 4) != 0)
+            expect("client read", t->result < 0 ? (int)t->result : -EPROTO, NULL);
+    } else if (t->h.err == 0) {
+        t->h.err = t->status != 0 ? t->status : (int)(intptr_t)t->value;
+    }
+    rt_io_close(t->client);
+    t->client = NULL;
+    rt_io_close(t->listener);
+    t->listener = NULL;
+    RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+    RT_CORO_END(&t->h.co, out);
+}
+
+static void tcp_drop(void *p)
+{
+    struct tcp *t = p;
+    rt_tcp_connect_drop(&t->connect);
+    if (t->server != NULL) {
+        rt_task_abort(t->server);
+        rt_task_detach(t->server);
+    }
+    rt_io_close(t->client);
+    rt_io_close(t->listener);
+    root_drop_head(&t->h);
+}
+
+static int scenario_tcp(rt_runtime *rt)
+{
+    struct tcp t = {0};
+    return run_root(rt, tcp_poll, tcp_drop, &t, sizeof t);
+}
+
+/* 5. Channels: a producer task sends 8 values through a channel of 2 slots,
+ * the root receives them to the end of stream; then a oneshot. */
+struct producer {
+    rt_coro co;
+    unsigned slot;
+    rt_chan *ch; /* one sender reference, owned */
+    rt_chan_send send;
+    int i;
+    int status;
+};
+
+static rt_poll producer_poll(void *p, rt_context *cx, void **out)
+{
+    struct producer *pr = p;
+    atomic_fetch_add(&ledger.polled[pr->slot], 1);
+    RT_CORO_BEGIN(&pr->co);
+    for (pr->i = 1; pr->i <= 8; pr->i++) {
+        rt_chan_send_init(&pr->send, pr->ch, (void *)(intptr_t)pr->i);
+        RT_AWAIT(&pr->co, rt_chan_send_poll(&pr->send, cx, &pr->status));
+        if (pr->status != 0)
+            expect("rt_chan_send_poll", pr->status, NULL);
+    }
+    RT_CORO_END(&pr->co, out);
+}
+
+static void producer_drop(void *p)
+{
+    struct producer *pr = p;
+    rt_chan_send_drop(&pr->send);
+    rt_chan_sender_drop(pr->ch);
+    atomic_fetch_add(&ledger.dropped[pr->slot], 1);
+}
+
+struct chans {
+    struct root_head h;
+    rt_chan *ch;
+    rt_oneshot *once;
+    void *value;
+    int status;
+    int received;
+};
+
+static rt_poll chans_poll(void *p, rt_context *cx, void **out)
+{
+    struct chans *c = p;
+    atomic_fetch_add(&ledger.polled[c->h.slot], 1);
+    RT_CORO_BEGIN(&c->h.co);
+    if ((c->h.err = EXPECT(rt_chan_new(2, &c->ch))) < 0)
+        RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
+    {
+        struct producer pr = {.slot = slot_take(), .ch = c->ch};
+        rt_chan_sender_clone(c->ch);
+        c->h.err = EXPECT(
+            slot_spawned(pr.slot, rt_spawn(NULL, producer_poll, producer_drop, &pr, sizeof pr, NULL)));
+        if (c->h.err < 0)
+            rt_chan_sender_drop(c->ch); /* the producer's reference */
+        rt_chan_sender_drop(c->ch);     /* our own: the stream ends with the producer */
+        if (c->h.err < 0)
+            RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
+    }
+    for (;;) {
+        RT_AWAIT(&c->h.co, rt_chan_recv(c->ch, cx, &c->value, &c->status));
+        if (c->status != 0)
+            break;
+        if ((intptr_t)c->value != ++c->received)
+            expect("channel order", -EPROTO, NULL);
+    }
+    if (c->status != -EPIPE || c->received != 8)
+        expect("channel end", c->status != -EPIPE ? c->status : -EPROTO, NULL);
+    if ((c->h.err = EXPECT(rt_oneshot_new(&c->once))) < 0)
+        RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
+    rt_oneshot_send(c->once, (void *)(intptr_t)7);
+    RT_AWAIT(&c->h.co, rt_oneshot_recv(c->once, cx, &c->value, &c->status));
+    if (c->status != 0 || (intptr_t)c->value != 7)
+        expect("oneshot", c->status != 0 ? c->status : -EPROTO, NULL);
+    rt_oneshot_receiver_drop(c->once, NULL);
+    c->once = NULL;
+    RT_CORO_END(&c->h.co, out);
+}
+
+static void chans_drop(void *p)
+{
+    struct chans *c = p;
+    if (c->ch != NULL)
+        rt_chan_receiver_drop(c->ch, NULL, NULL);
+    if (c->once != NULL) {
+        rt_oneshot_sender_drop(c->once);
+        rt_oneshot_receiver_drop(c->once, NULL);
+    }
+    root_drop_head(&c->h);
+}
+
+static int scenario_channel(rt_runtime *rt)
+{
+    struct chans c = {0};
+    return run_root(rt, chans_poll, chans_drop, &c, sizeof c);
+}
+
+/* 6. A task group: four children, then join_all. */
+struct group {
+    struct root_head h;
+    rt_group *g;
+    rt_group_wait wait;
+    size_t failed;
+    int i;
+};
+
+static rt_poll group_poll(void *p, rt_context *cx, void **out)
+{
+    struct group *g = p;
+    atomic_fetch_add(&ledger.polled[g->h.slot], 1);
+    RT_CORO_BEGIN(&g->h.co);
+    if ((g->h.err = EXPECT(rt_group_new(NULL, NULL, NULL, &g->g))) < 0)
+        RT_RETURN(&g->h.co, out, (intptr_t)g->h.err);
+    for (g->i = 0; g->i < 4 && g->h.err == 0; g->i++) {
+        struct child c = {.slot = slot_take(), .yields = g->i};
+        g->h.err = EXPECT(slot_spawned(
+            c.slot, rt_group_spawn(g->g, NULL, child_poll, child_drop, &c, sizeof c, NULL)));
+    }
+    rt_group_join_all_init(&g->wait, g->g, -1);
+    RT_AWAIT(&g->h.co, rt_group_wait_poll(&g->wait, cx, &g->failed, &g->i));
+    rt_group_wait_drop(&g->wait);
+    if (g->i != 0 || g->failed != 0)
+        expect("rt_group_wait_poll", g->i != 0 ? g->i : -EPROTO, NULL);
+    rt_group_free(g->g);
+    g->g = NULL;
+    RT_RETURN(&g->h.co, out, (intptr_t)g->h.err);
+    RT_CORO_END(&g->h.co, out);
+}
+
+static void group_drop(void *p)
+{
+    struct group *g = p;
+    rt_group_wait_drop(&g->wait);
+    rt_group_free(g->g);
+    root_drop_head(&g->h);
+}
+
+static int scenario_group(rt_runtime *rt)
+{
+    struct group g = {0};
+    return run_root(rt, group_poll, group_drop, &g, sizeof g);
+}
+
+/* 7. The blocking pool: a joined job and a detached one, from the root task
+ * and from this thread. */
+static void *job(void *arg)
+{
+    return arg;
+}
+
+struct blocking {
+    struct root_head h;
+    rt_task *job;
+    void *value;
+    int status;
+};
+
+static rt_poll blocking_poll(void *p, rt_context *cx, void **out)
+{
+    struct blocking *b = p;
+    atomic_fetch_add(&ledger.polled[b->h.slot], 1);
+    RT_CORO_BEGIN(&b->h.co);
+    if ((b->h.err = EXPECT(rt_spawn_blocking(NULL, job, (void *)(intptr_t)5, &b->job))) < 0)
+        RT_RETURN(&b->h.co, out, (intptr_t)b->h.err);
+    RT_AWAIT(&b->h.co, rt_task_join(b->job, cx, &b->value, &b->status));
+    b->job = NULL;
+    if (b->status != 0 || (intptr_t)b->value != 5)
+        expect("blocking join", b->status != 0 ? b->status : -EPROTO, NULL);
+    b->h.err = EXPECT(rt_spawn_blocking(NULL, job, NULL, NULL));
+    RT_RETURN(&b->h.co, out, (intptr_t)b->h.err);
+    RT_CORO_END(&b->h.co, out);
+}
+
+static void blocking_drop(void *p)
+{
+    struct blocking *b = p;
+    rt_task_detach(b->job);
+    root_drop_head(&b->h);
+}
+
+static int scenario_blocking(rt_runtime *rt)
+{
+    struct blocking b = {0};
+    int err = run_root(rt, blocking_poll, blocking_drop, &b, sizeof b);
+    rt_task *t = NULL;
+    int e = EXPECT(rt_spawn_blocking(rt, job, (void *)(intptr_t)6, &t));
+    if (e == 0) {
+        void *value = NULL;
+        e = EXPECT(rt_task_wait(t, -1, &value));
+        if (e < 0)
+            rt_task_detach(t);
+        else if ((intptr_t)value != 6)
+            expect("blocking wait", -EPROTO, NULL);
+    }
+    return err != 0 ? err : e;
+}
+
+/* 8. Shutdown with work in flight: tasks waiting on their own channels and on
+ * long sleeps, and a blocking job, when the runtime is freed. */
+struct waiter {
+    rt_coro co;
+    unsigned slot;
+    rt_chan *ch;
+    rt_sleep sleep;
+    int status;
+};
+
+static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
+{
+    struct waiter *w = p;
+    atomic_fetch_add(&ledger.polled[w->slot], 1);
+    RT_CORO_BEGIN(&w->co);
+    if (w->slot % 2 == 0) {
+        if (EXPECT(rt_chan_new(1, &w->ch)) < 0)
+            RT_RETURN(&w->co, out, NULL);
+        /* It holds the only sender: the receive never completes. */
+        RT_AWAIT(&w->co, rt_chan_recv(w->ch, cx, NULL, &w->status));
+    } else {
+        rt_sleep_init(&w->sleep, NULL, 60 * 1000000000LL);
+        RT_AWAIT(&w->co, rt_sleep_poll(&w->sleep, cx, &w->status));
+        EXPECT_OR(w->status, -ESHUTDOWN);
+    }
+    RT_CORO_END(&w->co, out);
+}
+
+static void waiter_drop(void *p)
+{
+    struct waiter *w = p;
+    if (w->ch != NULL) {
+        rt_chan_sender_drop(w->ch);
+        rt_chan_receiver_drop(w->ch, NULL, NULL);
+    }
+    rt_sleep_drop(&w->sleep);
+    atomic_fetch_add(&ledger.dropped[w->slot], 1);
+}
+
+static int scenario_shutdown(rt_runtime *rt)
+{
+    int err = 0;
+    for (int i = 0; i < 6 && err == 0; i++) {
+        struct waiter w = {.slot = slot_take()};
+        err = EXPECT(slot_spawned(w.slot, rt_spawn(rt, waiter_poll, waiter_drop, &w, sizeof w, NULL)));
+    }
+    if (err == 0)
+        err = EXPECT(rt_spawn_blocking(rt, job, NULL, NULL));
+    if (err == 0)
+        err = scenario_runtime(rt); /* make sure the waiters had their chance to run */
+    return err;
+}
+
+
+
+struct scenario {
+    const char *name;
+    unsigned workers;
+    int (*run)(rt_runtime *rt);
+};
+
+static const struct scenario scenarios[] = {
+    {"runtime", 2, scenario_runtime}, {"spawn", 2, scenario_spawn},
+    {"timers", 2, scenario_timers},   {"tcp", 2, scenario_tcp},
+    {"channel", 2, scenario_channel}, {"group", 2, scenario_group},
+    {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
+};
+
+static unsigned count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 0;
+    unsigned n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* The child: runs the scenario under the plan and checks the ledger. */
+static void run_case(const struct scenario *sc, uint64_t nth, bool persistent, int fd)
+{
+    struct fault_report rep = {0};
+    unsigned fds_before = count_dir("/proc/self/fd");
+    unsigned threads_before = count_dir("/proc/self/task");
+    rt__fault_arm(nth, persistent, 0, 0);
+
+    rt_runtime *rt = NULL;
+    if (new_rt(sc->workers, &rt) == 0) {
+        sc->run(rt);
+        int err = rt_runtime_free(rt);
+        if (err != 0)
+            expect("rt_runtime_free", err, NULL);
+    }
+    rep.calls = rt__fault_calls();
+    rep.failed = rt__fault_failed();
+    const char *site = rt__fault_first_site();
+    snprintf(rep.site, sizeof rep.site, "%s", site != NULL ? site : "-");
+    /* No more failures: the checks below may allocate. */
+    rt__fault_arm(0, false, 0, 0);
+
+    char *pb = rep.problem;
+    size_t room = sizeof rep.problem;
+#define PROBLEM(...)                                                                               \
+    do {                                                                                           \
+        if (pb == rep.problem)                                                                     \
+            snprintf(pb, room, __VA_ARGS__);                                                       \
+    } while (0)
+    if (atomic_load(&ledger.bad_errors) > 0)
+        PROBLEM("undocumented error: %s", ledger.first_bad);
+    unsigned slots = atomic_load(&ledger.next);
+    for (unsigned s = 0; s < slots; s++) {
+        unsigned spawned = atomic_load(&ledger.spawned[s]);
+        unsigned dropped = atomic_load(&ledger.dropped[s]);
+        unsigned polled = atomic_load(&ledger.polled[s]);
+        if (dropped != spawned)
+            PROBLEM("task slot %u: spawned %u, dropped %u times", s, spawned, dropped);
+        if (!spawned && polled != 0)
+            PROBLEM("task slot %u: its spawn failed but it was polled %u times", s, polled);
+    }
+    /* Detached blocking-pool threads may still be on their way out. */
+    for (int i = 0; i < 400 && count_dir("/proc/self/task") != threads_before; i++)
+        usleep(5000);
+    unsigned fds_after = count_dir("/proc/self/fd");
+    unsigned threads_after = count_dir("/proc/self/task");
+    if (fds_after != fds_before)
+        PROBLEM("descriptors: %u before, %u after", fds_before, fds_after);
+    if (threads_after != threads_before)
+        PROBLEM("threads: %u before, %u after", threads_before, threads_after);
+#undef PROBLEM
+    if (write(fd, &rep, sizeof rep) != (ssize_t)sizeof rep)
+        exit(3);
+}
+
+
+/* The driver's signal that the case hangs: report where the first failure
+ * was, so the hang is attributed, and stop. Only async-signal-safe calls. */
+static void on_hang(int sig)
+{
+    (void)sig;
+    struct fault_report rep = {.calls = rt__fault_calls(), .failed = rt__fault_failed()};
+    const char *site = rt__fault_first_site();
+    size_t n = site != NULL ? strlen(site) : 0;
+    memcpy(rep.site, site != NULL ? site : "-", n < sizeof rep.site - 1 ? n + (n == 0) : sizeof rep.site - 1);
+    memcpy(rep.problem, "hung", 5);
+    if (write(FAULT_REPORT_FD, &rep, sizeof rep) < 0)
+        _exit(4);
+    _exit(5);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGTERM, on_hang);
+    if (argc < 3) {
+        fprintf(stderr, "usage: fault_case SCENARIO N [--persistent]\n");
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+        if (strcmp(scenarios[i].name, argv[1]) == 0) {
+            run_case(&scenarios[i], strtoull(argv[2], NULL, 10),
+                     argc > 3 && strcmp(argv[3], "--persistent") == 0, FAULT_REPORT_FD);
+            return 0;
+        }
+    }
+    fprintf(stderr, "fault_case: no scenario %s\n", argv[1]);
+    return 2;
+}
