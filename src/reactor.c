@@ -516,13 +516,8 @@ static void *reactor_main(void *arg)
     rt_runtime *rt = arg;
     rt__reactor *r = &rt->reactor;
     struct epoll_event events[RT_REACTOR_EVENTS];
-    rt__wake_batch *batch = rt__malloc(sizeof(*batch));
-    if (batch == NULL)
-        return NULL; /* rt__reactor_start checked this allocation can succeed */
-    batch->rt = rt;
-    batch->n = 0;
-    batch->lag_first = 0;
-    batch->lag_count = 0;
+    /* Made by rt__reactor_start: the thread needs nothing it could fail to get. */
+    rt__wake_batch *batch = r->batch;
     rt__tls_reactor_cache = &r->cache;
     bool napped = false; /* the last turn ended in a nap */
 
@@ -593,7 +588,6 @@ static void *reactor_main(void *arg)
     }
     rt__tls_reactor_cache = NULL;
     rt__block_cache_clear(&r->cache);
-    free(batch);
     return NULL;
 }
 
@@ -625,14 +619,17 @@ int rt__reactor_start(rt_runtime *rt)
         goto fail_errno;
     if (rt__epoll_ctl(r->napfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0)
         goto fail_errno;
-    /* The thread's batch is allocated by the thread; check memory now so a
-     * failure is an error here, not a silent reactor-less runtime later. */
-    void *probe = rt__malloc(sizeof(rt__wake_batch));
-    if (probe == NULL) {
+    /* Everything the thread uses is made here, so that a failure is this
+     * call's error and the thread, once started, cannot fail. */
+    r->batch = rt__malloc(sizeof(*r->batch));
+    if (r->batch == NULL) {
         err = -ENOMEM;
         goto fail;
     }
-    free(probe);
+    r->batch->rt = rt;
+    r->batch->n = 0;
+    r->batch->lag_first = 0;
+    r->batch->lag_count = 0;
     err = -rt__pthread_create(&r->thread, NULL, reactor_main, rt);
     if (err < 0)
         goto fail;
@@ -643,6 +640,8 @@ int rt__reactor_start(rt_runtime *rt)
 fail_errno:
     err = -errno;
 fail:
+    free(r->batch);
+    r->batch = NULL;
     if (r->napfd >= 0)
         close(r->napfd);
     if (r->wakefd >= 0)
@@ -685,6 +684,8 @@ void rt__reactor_stop(rt_runtime *rt)
     (void)left;
     rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
     free_released(r);
+    free(r->batch);
+    r->batch = NULL;
     if (r->napfd >= 0)
         close(r->napfd);
     if (r->wakefd >= 0)

@@ -26,6 +26,7 @@
 
 struct rt_io;
 struct rt__timer;
+struct rt__wake_batch;
 
 /* The submit gate's closed bit, and one submitter in flight. */
 #define RT__SUBMIT_GATE_CLOSED 1u
@@ -36,6 +37,7 @@ typedef struct rt__reactor {
     int wakefd;            /* eventfd: a write wakes the reactor */
     int napfd;             /* a second epoll instance, holding only wakefd: naps wait on it */
     pthread_t thread;      /* the reactor thread */
+    struct rt__wake_batch *batch; /* the thread's wake batch, made before it starts */
     bool running;          /* the thread was started and not joined yet */
     int64_t epoch_ns;      /* rt_now_ns() at start: tick 0 of the wheel */
     int64_t nap_ns;        /* the next nap's length, at most reactor_nap_ns (reactor.c, "Naps") */
