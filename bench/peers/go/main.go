@@ -1,0 +1,503 @@
+// The workloads of asyncrt-bench (defined at the top of bench/bench.c and in
+// docs/benchmarks.md), run on Go's goroutine scheduler, so that asyncrt's
+// figures can be set beside Go's on the same machine in the same run
+// (scripts/compare). One process, one "runtime": Go's, configured once
+// through GOMAXPROCS = -workers.
+//
+// Output: one line per workload on stdout, in asyncrt-bench's format:
+//
+//	bench <workload> runtime=go workers=<W> ops=<N> median_ns_per_op=<x> min_ns_per_op=<x> max_ns_per_op=<x> [extra=value ...]
+//
+// Each workload: 1 warm-up repetition + --reps measured repetitions (default 5).
+// Between repetitions (outside the timed region) runtime.GC() is called so that
+// garbage of one repetition is not collected inside the next one; collections
+// caused by a repetition's own allocations stay inside its time.
+//
+// tcp_echo: the server side is `-echo-server PORT` (PORT 0 = any free port); the
+// figures come from the repository's load generator (bench/echo_client.c),
+// which bench/peers/echo-bench runs against it and turns into the bench line.
+//
+// Standard library only, so it builds offline:
+//
+//	GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod go build -o go-peer-bench .
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Workload parameters: the defaults are asyncrt-bench's.
+var (
+	flagWorkers = flag.Int("workers", runtime.NumCPU(), "GOMAXPROCS (default: number of online CPUs)")
+	flagReps    = flag.Int("reps", 5, "measured repetitions per workload (after 1 warm-up)")
+	flagOnly    = flag.String("only", "", "run only this workload (comma-separated list allowed)")
+	flagJSON    = flag.String("json", "", "also write the figures as a JSON array to this file")
+	flagEcho    = flag.String("echo-server", "", "run the tcp_echo server on 127.0.0.1:PORT instead of the benchmarks (0 = any free port)")
+
+	flagSpawnN   = flag.Int("spawn-n", 100000, "spawn_local/spawn_remote: tasks per repetition")
+	flagYieldT   = flag.Int("yield-tasks", 1000, "yield_many: tasks")
+	flagYieldY   = flag.Int("yields", 1000, "yield_many: yields per task")
+	flagPPPairs  = flag.Int("pp-pairs", 1000, "ping_pong: pairs")
+	flagPPRounds = flag.Int("pp-rounds", 100, "ping_pong: round trips per pair")
+	flagChainD   = flag.Int("chain-depth", 100000, "chained_spawn: chain length")
+	flagFibN     = flag.Int("fib", 27, "fork_join: fib(n)")
+	flagTimerN   = flag.Int("timers-n", 100000, "timers: tasks")
+)
+
+type kv struct {
+	k string
+	v string
+}
+
+type result struct {
+	name    string
+	workers int
+	ops     int64
+	median  float64
+	min     float64
+	max     float64
+	extra   []kv
+}
+
+var results []result
+
+func fmtF(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+func emit(r result) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench %s runtime=go workers=%d ops=%d median_ns_per_op=%s min_ns_per_op=%s max_ns_per_op=%s",
+		r.name, r.workers, r.ops, fmtF(r.median), fmtF(r.min), fmtF(r.max))
+	for _, e := range r.extra {
+		fmt.Fprintf(&b, " %s=%s", e.k, e.v)
+	}
+	fmt.Println(b.String())
+	results = append(results, r)
+}
+
+// measure runs fn once as warm-up and then reps times; fn returns the time of
+// one repetition. ns/op figures are time/ops. It returns the per-rep durations.
+func measure(name string, ops int64, fn func() time.Duration, extra func([]time.Duration) []kv) {
+	runtime.GC()
+	fn() // warm-up
+	durs := make([]time.Duration, *flagReps)
+	per := make([]float64, *flagReps)
+	for i := range durs {
+		runtime.GC()
+		durs[i] = fn()
+		per[i] = float64(durs[i].Nanoseconds()) / float64(ops)
+	}
+	sorted := append([]float64(nil), per...)
+	sort.Float64s(sorted)
+	r := result{name: name, workers: *flagWorkers, ops: ops,
+		median: median(sorted), min: sorted[0], max: sorted[len(sorted)-1]}
+	if extra != nil {
+		r.extra = extra(durs)
+	}
+	emit(r)
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// onRuntime runs f on a goroutine (a task of the runtime) and waits for it:
+// the timed part of every workload runs inside the runtime, not on main's thread.
+func onRuntime(f func() time.Duration) time.Duration {
+	ch := make(chan time.Duration, 1)
+	go func() { ch <- f() }()
+	return <-ch
+}
+
+// ---- spawn_local / spawn_remote ------------------------------------------
+
+// spawnN spawns n goroutines from the calling goroutine; each decrements a
+// shared counter atomically, the one reaching zero signals completion.
+func spawnN(n int) time.Duration {
+	counter := int64(n)
+	done := make(chan struct{})
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		go func() {
+			if atomic.AddInt64(&counter, -1) == 0 {
+				close(done)
+			}
+		}()
+	}
+	<-done
+	return time.Since(start)
+}
+
+func benchSpawnLocal() {
+	n := *flagSpawnN
+	measure("spawn_local", int64(n), func() time.Duration {
+		return onRuntime(func() time.Duration { return spawnN(n) })
+	}, nil)
+}
+
+// spawn_remote: Go has no way to create a goroutine from a "foreign" OS thread
+// that is not one of its workers: every `go` statement executes Go code, and Go
+// code only runs on an M (OS thread) that holds a P (one of the GOMAXPROCS
+// worker slots); even a cgo callback from a C-created pthread first acquires a
+// P. The closest analogue is a goroutine pinned to its own dedicated OS thread
+// with runtime.LockOSThread(): no other goroutine ever runs on that thread, but
+// while it spawns it still holds one of the W Ps, and new goroutines go to that
+// P's local run queue (the other P steals them). When it blocks waiting for the
+// signal, its thread parks and hands the P to another thread. So this line
+// measures "spawn from a dedicated, locked OS thread", not a true remote spawn.
+func benchSpawnRemote() {
+	n := *flagSpawnN
+	measure("spawn_remote", int64(n), func() time.Duration {
+		ch := make(chan time.Duration, 1)
+		go func() {
+			runtime.LockOSThread()
+			d := spawnN(n)
+			runtime.UnlockOSThread()
+			ch <- d
+		}()
+		return <-ch
+	}, nil)
+}
+
+// ---- yield_many -------------------------------------------------------------
+
+// Each task yields with runtime.Gosched(), which puts the goroutine back on the
+// scheduler's (global) run queue and runs something else: Go's only explicit yield.
+func benchYieldMany() {
+	t, y := *flagYieldT, *flagYieldY
+	measure("yield_many", int64(t)*int64(y), func() time.Duration {
+		return onRuntime(func() time.Duration {
+			counter := int64(t)
+			done := make(chan struct{})
+			start := time.Now()
+			for i := 0; i < t; i++ {
+				go func() {
+					for j := 0; j < y; j++ {
+						runtime.Gosched()
+					}
+					if atomic.AddInt64(&counter, -1) == 0 {
+						close(done)
+					}
+				}()
+			}
+			<-done
+			return time.Since(start)
+		})
+	}, nil)
+}
+
+// ---- ping_pong ----------------------------------------------------------------
+
+// P pairs; each pair has two single-slot channels (make(chan int, 1): buffered
+// with capacity 1, the Go form of a single-slot channel). The pinger sends the
+// token on a and waits for it on b; the ponger receives on a, sends on b.
+// The timed region includes creating the channels and spawning the 2*P tasks.
+func benchPingPong() {
+	pairs, rounds := *flagPPPairs, *flagPPRounds
+	measure("ping_pong", int64(pairs)*int64(rounds), func() time.Duration {
+		return onRuntime(func() time.Duration {
+			counter := int64(pairs)
+			done := make(chan struct{})
+			var bad int64
+			start := time.Now()
+			for p := 0; p < pairs; p++ {
+				a := make(chan int, 1)
+				b := make(chan int, 1)
+				go func() { // ponger
+					for r := 0; r < rounds; r++ {
+						v := <-a
+						b <- v + 1
+					}
+				}()
+				go func() { // pinger
+					tok := 0
+					for r := 0; r < rounds; r++ {
+						a <- tok
+						tok = <-b
+					}
+					if tok != rounds {
+						atomic.AddInt64(&bad, 1)
+					}
+					if atomic.AddInt64(&counter, -1) == 0 {
+						close(done)
+					}
+				}()
+			}
+			<-done
+			d := time.Since(start)
+			if bad != 0 {
+				fmt.Fprintln(os.Stderr, "ping_pong: token mismatch")
+				os.Exit(1)
+			}
+			return d
+		})
+	}, nil)
+}
+
+// ---- chained_spawn ------------------------------------------------------------
+
+func chainStep(left int, done chan struct{}) {
+	if left == 1 {
+		close(done)
+		return
+	}
+	go chainStep(left-1, done)
+}
+
+func benchChainedSpawn() {
+	d := *flagChainD
+	measure("chained_spawn", int64(d), func() time.Duration {
+		return onRuntime(func() time.Duration {
+			done := make(chan struct{})
+			start := time.Now()
+			go chainStep(d, done) // task 1 of d
+			<-done
+			return time.Since(start)
+		})
+	}, nil)
+}
+
+// ---- fork_join ----------------------------------------------------------------
+
+// fib(n) as a task: for n >= 2 it spawns fib(n-1) and fib(n-2) as two goroutines,
+// each with its own result channel (capacity 1, so a finished child never blocks:
+// the channel plays the join handle), waits for both and adds the results.
+func fibTask(n int, out chan<- int) {
+	if n < 2 {
+		out <- n
+		return
+	}
+	c1 := make(chan int, 1)
+	c2 := make(chan int, 1)
+	go fibTask(n-1, c1)
+	go fibTask(n-2, c2)
+	out <- <-c1 + <-c2
+}
+
+func fibPlain(n int) int {
+	a, b := 0, 1
+	for i := 0; i < n; i++ {
+		a, b = b, a+b
+	}
+	return a
+}
+
+func benchForkJoin() {
+	n := *flagFibN
+	tasks := int64(2*fibPlain(n+1) - 1) // every call of the tree is one spawned task, root included
+	want := fibPlain(n)
+	measure("fork_join", tasks, func() time.Duration {
+		return onRuntime(func() time.Duration {
+			out := make(chan int, 1)
+			start := time.Now()
+			go fibTask(n, out)
+			got := <-out
+			d := time.Since(start)
+			if got != want {
+				fmt.Fprintf(os.Stderr, "fork_join: fib(%d)=%d, want %d\n", n, got, want)
+				os.Exit(1)
+			}
+			return d
+		})
+	}, nil)
+}
+
+// ---- timers -------------------------------------------------------------------
+
+// N tasks; task i sleeps d_i = 1 + (i*7919 mod 50) ms with time.Sleep. The
+// deadline is taken right before time.Sleep (time.Now() + d_i); lateness is the
+// time read right after it returns minus that deadline. Lateness percentiles are
+// over all samples of all measured repetitions pooled (reps*N samples); total_ms
+// is the median wall time of a repetition (first spawn to last completion).
+func benchTimers() {
+	n := *flagTimerN
+	var lates []int64
+	measuring := false
+	measure("timers", int64(n), func() time.Duration {
+		late := make([]int64, n)
+		d := onRuntime(func() time.Duration {
+			counter := int64(n)
+			done := make(chan struct{})
+			start := time.Now()
+			for i := 0; i < n; i++ {
+				go func(i int) {
+					dur := time.Duration(1+(i*7919)%50) * time.Millisecond
+					t0 := time.Now()
+					time.Sleep(dur)
+					late[i] = int64(time.Since(t0) - dur)
+					if atomic.AddInt64(&counter, -1) == 0 {
+						close(done)
+					}
+				}(i)
+			}
+			<-done
+			return time.Since(start)
+		})
+		if measuring {
+			lates = append(lates, late...)
+		}
+		measuring = true // the first call is the warm-up
+		return d
+	}, func(durs []time.Duration) []kv {
+		ms := make([]float64, len(durs))
+		for i, d := range durs {
+			ms[i] = float64(d.Nanoseconds()) / 1e6
+		}
+		sort.Float64s(ms)
+		sort.Slice(lates, func(i, j int) bool { return lates[i] < lates[j] })
+		pct := func(p float64) string {
+			idx := int(p * float64(len(lates)-1))
+			return fmtF(float64(lates[idx]) / 1e3)
+		}
+		return []kv{
+			{"total_ms", fmtF(median(ms))},
+			{"late_p50_us", pct(0.50)},
+			{"late_p99_us", pct(0.99)},
+			{"late_max_us", fmtF(float64(lates[len(lates)-1]) / 1e3)},
+		}
+	})
+}
+
+// ---- tcp_echo server ---------------------------------------------------------
+
+// One goroutine per connection; it reads up to 4 KiB and writes it all back
+// (net.Conn.Write returns only when everything is written). Go's net package
+// sets TCP_NODELAY on every TCP connection by default.
+func echoConn(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func echoServer(port string) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo-server:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("listening %s runtime=go workers=%d\n", ln.Addr().String(), *flagWorkers)
+	os.Stdout.Sync()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "echo-server: accept:", err)
+			continue
+		}
+		go echoConn(c)
+	}
+}
+
+// ---- JSON ------------------------------------------------------------------
+
+func writeJSON(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	io.WriteString(w, "[\n")
+	for i, r := range results {
+		fmt.Fprintf(w, `  {"workload": %q, "runtime": "go", "workers": %d, "ops": %d, "median_ns_per_op": %s, "min_ns_per_op": %s, "max_ns_per_op": %s`,
+			r.name, r.workers, r.ops, fmtF(r.median), fmtF(r.min), fmtF(r.max))
+		for _, e := range r.extra {
+			fmt.Fprintf(w, `, %q: %s`, e.k, e.v)
+		}
+		io.WriteString(w, "}")
+		if i < len(results)-1 {
+			io.WriteString(w, ",")
+		}
+		io.WriteString(w, "\n")
+	}
+	io.WriteString(w, "]\n")
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// ---- main ------------------------------------------------------------------
+
+func main() {
+	flag.Parse()
+	if flag.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "unexpected argument %q\n", flag.Arg(0))
+		os.Exit(2)
+	}
+	if *flagWorkers < 1 || *flagReps < 1 {
+		fmt.Fprintln(os.Stderr, "--workers and --reps must be >= 1")
+		os.Exit(2)
+	}
+	runtime.GOMAXPROCS(*flagWorkers)
+
+	if *flagEcho != "" {
+		echoServer(*flagEcho)
+		return
+	}
+
+	all := []struct {
+		name string
+		fn   func()
+	}{
+		{"spawn_local", benchSpawnLocal},
+		{"spawn_remote", benchSpawnRemote},
+		{"yield_many", benchYieldMany},
+		{"ping_pong", benchPingPong},
+		{"chained_spawn", benchChainedSpawn},
+		{"fork_join", benchForkJoin},
+		{"timers", benchTimers},
+	}
+	want := map[string]bool{}
+	if *flagOnly != "" {
+		for _, s := range strings.Split(*flagOnly, ",") {
+			want[strings.TrimSpace(s)] = true
+		}
+		for name := range want {
+			known := name == "tcp_echo"
+			for _, w := range all {
+				known = known || w.name == name
+			}
+			if !known {
+				fmt.Fprintf(os.Stderr, "unknown workload %q\n", name)
+				os.Exit(2)
+			}
+		}
+		if want["tcp_echo"] {
+			fmt.Fprintln(os.Stderr, "tcp_echo: bench/peers/run go --only tcp_echo runs it (this program is its server: -echo-server PORT)")
+		}
+	}
+	for _, w := range all {
+		if len(want) == 0 || want[w.name] {
+			w.fn()
+		}
+	}
+	if *flagJSON != "" {
+		if err := writeJSON(*flagJSON); err != nil {
+			fmt.Fprintln(os.Stderr, "json:", err)
+			os.Exit(1)
+		}
+	}
+}
