@@ -343,11 +343,17 @@ RT_EXPORT int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, cons
 {
     if (rt == NULL)
         return -EINVAL;
-    if (rt__worker_current() != NULL)
+    if (rt__worker_current() != NULL || rt__thread_in_shutdown())
         return -EDEADLK;
+    /* Everything the wait needs comes first: once the future is spawned it
+     * runs, so nothing after the spawn may fail. */
+    rt__thread_waker *tw = rt__thread_waker_new();
+    if (tw == NULL)
+        return -ENOMEM;
     rt_task *handle;
     int err = rt_spawn(rt, poll, drop, state, size, &handle);
-    if (err < 0)
-        return err;
-    return rt_task_wait(handle, -1, value);
+    if (err == 0)
+        err = rt__task_wait_with(handle, tw, -1, value);
+    rt__thread_waker_release(tw);
+    return err;
 }

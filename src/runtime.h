@@ -174,6 +174,9 @@ void rt__task_unref(rt_task *t, uint64_t n);
 /* Shutdown's cancellation of an unfinished task: runs its drop and completes
  * it with -ECANCELED. Only after every worker has exited. */
 void rt__task_cancel_at_shutdown(rt_task *t);
+/* rt_task_wait with a thread waker the caller made (and still owns), so that
+ * rt_block_on can have everything it needs before it spawns. */
+int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
 
 /* ---- Registry of live tasks ----------------------------------------------
  *

@@ -695,17 +695,10 @@ RT_EXPORT rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int 
     return RT_READY;
 }
 
-RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
+int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value)
 {
-    if (task == NULL)
-        return -EINVAL;
-    if (rt__worker_current() != NULL || rt__thread_in_shutdown())
-        return -EDEADLK;
     if (value != NULL)
         *value = NULL;
-    rt__thread_waker *tw = rt__thread_waker_new();
-    if (tw == NULL)
-        return -ENOMEM;
     rt_context cx = rt_context_from_waker(rt__thread_waker_get(tw));
     int64_t deadline = rt__deadline_after(timeout_ns);
     int status = -ETIMEDOUT;
@@ -725,6 +718,21 @@ RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
     /* The task may still hold a clone of the waker; the clone keeps the heap
      * object alive after we return. */
     rt_waker_drop(&cx.waker);
+    return status;
+}
+
+RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
+{
+    if (task == NULL)
+        return -EINVAL;
+    if (rt__worker_current() != NULL || rt__thread_in_shutdown())
+        return -EDEADLK;
+    if (value != NULL)
+        *value = NULL;
+    rt__thread_waker *tw = rt__thread_waker_new();
+    if (tw == NULL)
+        return -ENOMEM;
+    int status = rt__task_wait_with(task, tw, timeout_ns, value);
     rt__thread_waker_release(tw);
     return status;
 }

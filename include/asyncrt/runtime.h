@@ -89,8 +89,12 @@ void rt_config_init(rt_config *cfg);
  * cfg: read during the call only; NULL means the defaults. *out receives the
  * runtime, owned by the caller until rt_runtime_free.
  * Errors: -EINVAL (out NULL, workers > RT_MAX_WORKERS, injector_interval 0,
- * spin_rounds 0, blocking_threads 0, blocking_idle_ns <= 0),
- * -ENOMEM, -EAGAIN (a thread could not be created; nothing is left running).
+ * spin_rounds 0, blocking_threads 0, blocking_idle_ns <= 0,
+ * reactor_nap_ns < 0), -ENOMEM, -EMFILE / -ENFILE (no descriptor for the
+ * reactor's epoll instances or eventfd), -EAGAIN (a thread could not be
+ * created). On any error nothing is left running or allocated: every thread
+ * the runtime starts is given all it needs before it starts, so a runtime
+ * that rt_runtime_new returned has all its parts running.
  * Any thread. */
 int rt_runtime_new(const rt_config *cfg, rt_runtime **out);
 
@@ -139,8 +143,10 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
  * Errors: -EINVAL (rt or poll NULL, state NULL with size > 0), -ENOMEM,
  * -ESHUTDOWN (runtime shut down), -ECANCELED (the runtime was shut down while
  * the future ran: its drop has run), -EDEADLK (called from a worker thread of
- * any asyncrt runtime: blocking a worker could deadlock it). On every error
- * but -ECANCELED the future never ran and its drop was not called.
+ * any asyncrt runtime, where blocking could deadlock it, or from a drop
+ * function run by rt_runtime_shutdown). On every error but -ECANCELED the
+ * future never ran and its drop was not called: the memory for the wait is
+ * allocated before the future is spawned.
  * Any thread that is not a worker. */
 int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                 void **value);
