@@ -110,11 +110,13 @@ void rt__io_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *read
 
 /* ---- Registration ------------------------------------------------------- */
 
-int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **out)
+rt_io *rt__io_alloc(void)
 {
-    rt_io *io = rt__calloc(1, sizeof(*io));
-    if (io == NULL)
-        return -ENOMEM;
+    return rt__calloc(1, sizeof(rt_io));
+}
+
+int rt__io_register(rt_runtime *rt, rt_io *io, int fd, bool is_socket, bool is_tcp)
+{
     io->fd = fd;
     io->is_socket = is_socket;
     io->is_tcp = is_tcp;
@@ -148,8 +150,18 @@ int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **ou
         rt->io_list->prev = io;
     rt->io_list = io;
     pthread_mutex_unlock(&rt->io_lock);
-    *out = io;
     return 0;
+}
+
+int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **out)
+{
+    rt_io *io = rt__io_alloc();
+    if (io == NULL)
+        return -ENOMEM;
+    int err = rt__io_register(rt, io, fd, is_socket, is_tcp);
+    if (err == 0)
+        *out = io;
+    return err;
 }
 
 RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
@@ -164,10 +176,21 @@ RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -errno; /* -EBADF for a closed or invalid descriptor */
-    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
     int fdfl = fcntl(fd, F_GETFD);
-    if (fdfl >= 0 && !(fdfl & FD_CLOEXEC))
+    if (fdfl < 0)
+        return -errno;
+    /* The memory first, so that a failure leaves the descriptor as it was:
+     * after the flags change only the registration can fail, and then the
+     * flags are put back. */
+    rt_io *io = rt__io_alloc();
+    if (io == NULL)
+        return -ENOMEM;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        int err = -errno;
+        free(io);
+        return err;
+    }
+    if (!(fdfl & FD_CLOEXEC))
         fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC);
     struct stat st;
     bool known = fstat(fd, &st) == 0;
@@ -180,7 +203,14 @@ RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
                  getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &plen) == 0 &&
                  protocol == IPPROTO_TCP;
     }
-    return rt__io_adopt(rt, fd, is_socket, is_tcp, out);
+    int err = rt__io_register(rt, io, fd, is_socket, is_tcp);
+    if (err < 0) {
+        fcntl(fd, F_SETFL, fl);
+        fcntl(fd, F_SETFD, fdfl);
+        return err;
+    }
+    *out = io;
+    return 0;
 }
 
 RT_EXPORT int rt_io_fd(const rt_io *io)

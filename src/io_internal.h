@@ -106,6 +106,14 @@ void rt__io_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *read
  * caller keeps fd. */
 int rt__io_adopt(rt_runtime *rt, int fd, bool is_socket, bool is_tcp, rt_io **out);
 
+/* rt__io_adopt in two steps, for a caller that must have the memory before
+ * it takes the descriptor (accept: a connection taken from the kernel cannot
+ * be given back). rt__io_alloc returns a zeroed rt_io or NULL (ENOMEM); free
+ * an unused one with free(). rt__io_register fills it in and registers fd;
+ * on failure it frees io and the caller keeps fd. */
+rt_io *rt__io_alloc(void);
+int rt__io_register(rt_runtime *rt, rt_io *io, int fd, bool is_socket, bool is_tcp);
+
 /* Closes every rt_io still open (rt_runtime_free, after the reactor stopped). */
 void rt__io_close_all(rt_runtime *rt);
 

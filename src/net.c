@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -73,6 +74,26 @@ static int adopt_or_close(rt_runtime *rt, int fd, bool tcp, rt_io **out)
     return err;
 }
 
+/* An accept or connect poll given a NULL argument it needs: RT_READY with
+ * *err -EINVAL and *conn NULL (each when not NULL); nothing else is done. */
+static rt_poll net_einval(rt_io **conn, int *err)
+{
+    if (conn != NULL)
+        *conn = NULL;
+    if (err != NULL)
+        *err = -EINVAL;
+    return RT_READY;
+}
+
+/* A datagram poll given a NULL argument it needs: RT_READY with -EINVAL in
+ * *result, or with nothing done when result itself is NULL. */
+static rt_poll udp_einval(ssize_t *result)
+{
+    if (result != NULL)
+        *result = -EINVAL;
+    return RT_READY;
+}
+
 static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int type,
                         unsigned flags, int backlog, rt_io **out)
 {
@@ -103,16 +124,35 @@ RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen
 RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
                                 struct sockaddr_storage *peer, socklen_t *peer_len, int *err)
 {
+    if (rt__unlikely(listener == NULL || cx == NULL || conn == NULL || err == NULL))
+        return net_einval(conn, err);
+    /* The connection's rt_io is allocated before accept4 takes the
+     * connection from the kernel: a failure then leaves it queued. */
+    rt_io *io = NULL;
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(listener, RT__IO_READ, true, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(listener, RT__IO_READ, true, cx, &tick) == RT_PENDING) {
+            free(io);
             return RT_PENDING;
+        }
+        if (io == NULL && (io = rt__io_alloc()) == NULL) {
+            *err = -ENOMEM;
+            return RT_READY;
+        }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         int fd = rt__accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            *err = adopt_or_close(listener->rt, fd, listener->is_tcp, conn);
-            if (*err == 0 && peer != NULL) {
+            /* Only the registration can fail now (the runtime is shutting
+             * down, or epoll has no memory for the watch): the connection
+             * is closed, as the header says. */
+            *err = rt__io_register(listener->rt, io, fd, true, listener->is_tcp);
+            if (*err < 0) {
+                close(fd);
+                return RT_READY;
+            }
+            *conn = io;
+            if (peer != NULL) {
                 memcpy(peer, &ss, sizeof ss);
                 if (peer_len != NULL)
                     *peer_len = sl;
@@ -128,6 +168,7 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
         }
         /* EMFILE/ENFILE leave the connection queued and the readiness set:
          * the next accept, once descriptors are free, takes it. */
+        free(io);
         *err = -e;
         return RT_READY;
     }

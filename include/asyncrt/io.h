@@ -51,13 +51,14 @@ typedef struct rt_io rt_io;
 
 /* Takes ownership of descriptor `fd`, makes it non-blocking and close-on-exec
  * if it was not, and registers it with the reactor of `rt` (NULL means
- * rt_current()). On success *out owns it; on failure the caller still owns fd.
+ * rt_current()). On success *out owns it; on failure the caller still owns fd,
+ * with its file status and descriptor flags as they were before the call.
  * Errors: -EBADF (fd not open), -EINVAL (rt NULL outside a task, out NULL),
  * -EPERM (a descriptor epoll cannot watch, such as a regular file), -ENOMEM,
- * -ESHUTDOWN. Any thread. */
+ * -ENOSPC (the kernel's limit on epoll watches), -ESHUTDOWN. Any thread. */
 int rt_io_open(rt_runtime *rt, int fd, rt_io **out);
 
-/* The descriptor (still owned by the rt_io). */
+/* The descriptor (still owned by the rt_io); -EBADF for NULL. */
 int rt_io_fd(const rt_io *io);
 
 /* RT_READY once the descriptor is readable (or hung up / in error: a read

@@ -38,9 +38,20 @@ int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, in
 
 /* Accepts one connection: RT_READY with *err 0 and *conn a new rt_io (owned
  * by the caller; peer address in *peer / *peer_len when not NULL), or RT_READY
- * with *err < 0: -EMFILE / -ENFILE (out of descriptors: the pending connection
- * stays queued and the listener keeps working once descriptors are free),
- * -ECONNABORTED, ...; or RT_PENDING. Abort safety: nothing is lost. */
+ * with *err < 0, or RT_PENDING. The errors, and what becomes of the
+ * connection:
+ *   -EMFILE / -ENFILE (out of descriptors) and -ENOMEM (no memory for the
+ *   rt_io, which is allocated before the connection is taken): the pending
+ *   connection stays queued, and the next accept, once resources are free,
+ *   takes it;
+ *   -ESHUTDOWN (the runtime is shutting down) and the errors of registering
+ *   the new descriptor with epoll (-ENOMEM, -ENOSPC: the kernel's limit on
+ *   watches): the kernel had already accepted the connection, which is
+ *   closed again (its peer sees an orderly close or a reset);
+ *   -ECONNABORTED and other errors of accept4(2): that connection is gone.
+ * Abort safety: nothing is lost.
+ * listener, cx or conn NULL: RT_READY with *err -EINVAL (and *conn NULL when
+ * conn is not). err NULL: RT_READY at once, nothing accepted. */
 rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sockaddr_storage *peer,
                       socklen_t *peer_len, int *err);
 
