@@ -12,13 +12,15 @@
  * runtime's threads happened to make them; tests treat N as a position in a
  * run, not as a fixed call site, and report the site that failed.
  *
- * The library calls malloc, free and the rest only through these wrappers
- * (scripts/check-fault-sites keeps it so), except where a failure cannot be
- * reported to anyone: free, close, munmap, madvise. Internal, not installed. */
+ * The library makes these requests only through the wrappers
+ * (tests/fault_sites_test.sh keeps it so); free, close, munmap and madvise,
+ * whose failure nobody could act on, are called directly. Internal, not
+ * installed. */
 #ifndef RT_SRC_FAULT_H
 #define RT_SRC_FAULT_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,7 +34,7 @@
 /* What a request asks for; each has the errno the system gives when it runs
  * out of it, used unless the test chose another. */
 typedef enum rt__fault_kind {
-    RT__FAULT_ALLOC,  /* malloc, calloc, aligned_alloc, a pool block: ENOMEM */
+    RT__FAULT_ALLOC,  /* malloc, calloc, realloc, aligned_alloc, a pool block: ENOMEM */
     RT__FAULT_MMAP,   /* mmap: ENOMEM */
     RT__FAULT_THREAD, /* pthread_create: EAGAIN */
     RT__FAULT_SYNC,   /* pthread_mutex_init, pthread_cond_init: ENOMEM */
@@ -54,7 +56,9 @@ int rt__fault_check(rt__fault_kind kind, const char *site);
  * Call it while no thread of the library runs. */
 void rt__fault_arm(uint64_t nth, bool persistent, uint32_t kinds, int err);
 /* Requests counted and failed since the last arm, and the "file:line" of the
- * first one failed (NULL when none). Any thread. */
+ * first one failed (NULL when none). Any thread; the site is stored after
+ * the failure is counted, so it is exact once the threads that make requests
+ * have stopped (after rt_runtime_free), and a hint before. */
 uint64_t rt__fault_calls(void);
 uint64_t rt__fault_failed(void);
 const char *rt__fault_first_site(void);
@@ -83,6 +87,12 @@ const char *rt__fault_first_site(void);
     ({                                                                                             \
         int rt__e_ = RT__FAULT(RT__FAULT_ALLOC);                                                   \
         rt__e_ != 0 ? (errno = rt__e_, (void *)NULL) : calloc((n), (size));                        \
+    })
+
+#define rt__realloc(ptr, size)                                                                     \
+    ({                                                                                             \
+        int rt__e_ = RT__FAULT(RT__FAULT_ALLOC);                                                   \
+        rt__e_ != 0 ? (errno = rt__e_, (void *)NULL) : realloc((ptr), (size));                     \
     })
 
 #define rt__aligned_alloc(align, size)                                                             \
@@ -130,6 +140,7 @@ const char *rt__fault_first_site(void);
     RT__FAULT_FD_CALL(RT__FAULT_FD, socket((domain), (type), (protocol)))
 #define rt__accept4(fd, addr, len, flags)                                                          \
     RT__FAULT_FD_CALL(RT__FAULT_FD, accept4((fd), (addr), (len), (flags)))
+#define rt__open(path, flags) RT__FAULT_FD_CALL(RT__FAULT_FD, open((path), (flags)))
 #define rt__epoll_ctl(epfd, op, fd, event)                                                         \
     RT__FAULT_FD_CALL(RT__FAULT_EPOLL, epoll_ctl((epfd), (op), (fd), (event)))
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "atomic.h"
+#include "fault.h"
 #include "runtime.h"
 
 #define RT_REGISTRY_MIN_CAP 256
@@ -59,7 +60,7 @@ int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_c
     }
     if (r->len == r->cap) {
         uint32_t cap = r->cap != 0 ? r->cap * 2 : RT_REGISTRY_MIN_CAP;
-        rt_task **grown = realloc(r->tasks, (size_t)cap * sizeof(*grown));
+        rt_task **grown = rt__realloc(r->tasks, (size_t)cap * sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
         r->tasks = grown;

@@ -19,6 +19,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -679,6 +680,66 @@ static int scenario_shutdown(rt_runtime *rt)
 
 
 
+/* 9. A pipe adopted with rt_io_open: on failure the descriptor must be as it
+ * was (still blocking, flags untouched) and still the caller's. */
+struct pipe_exchange {
+    struct root_head h;
+    int fds[2];
+    rt_io *ends[2];
+    char buf[8];
+    size_t progress;
+    ssize_t result;
+};
+
+static rt_poll pipe_poll(void *p, rt_context *cx, void **out)
+{
+    struct pipe_exchange *x = p;
+    atomic_fetch_add(&ledger.polled[x->h.slot], 1);
+    RT_CORO_BEGIN(&x->h.co);
+    for (int i = 0; i < 2; i++) {
+        int fl = fcntl(x->fds[i], F_GETFL), fdfl = fcntl(x->fds[i], F_GETFD);
+        x->h.err = EXPECT(rt_io_open(NULL, x->fds[i], &x->ends[i]));
+        if (x->h.err < 0) {
+            if (fcntl(x->fds[i], F_GETFL) != fl || fcntl(x->fds[i], F_GETFD) != fdfl)
+                expect("rt_io_open left the flags changed", -EPROTO, NULL);
+            RT_RETURN(&x->h.co, out, (intptr_t)x->h.err);
+        }
+        x->fds[i] = -1; /* the rt_io owns it now */
+    }
+    RT_AWAIT(&x->h.co, rt_io_write_all(x->ends[1], cx, "pipe", 4, &x->progress, &x->result));
+    if (x->result != 4)
+        expect("pipe write", x->result < 0 ? (int)x->result : -EPROTO, NULL);
+    RT_AWAIT(&x->h.co, rt_io_read(x->ends[0], cx, x->buf, sizeof x->buf, &x->result));
+    if (x->result != 4 || memcmp(x->buf, "pipe", 4) != 0)
+        expect("pipe read", x->result < 0 ? (int)x->result : -EPROTO, NULL);
+    RT_CORO_END(&x->h.co, out);
+}
+
+static void pipe_drop(void *p)
+{
+    struct pipe_exchange *x = p;
+    for (int i = 0; i < 2; i++) {
+        rt_io_close(x->ends[i]);
+        if (x->fds[i] >= 0)
+            close(x->fds[i]);
+    }
+    root_drop_head(&x->h);
+}
+
+static int scenario_pipe(rt_runtime *rt)
+{
+    struct pipe_exchange x = {0};
+    if (pipe(x.fds) != 0)
+        return expect("pipe", -errno, NULL);
+    int err = run_root(rt, pipe_poll, pipe_drop, &x, sizeof x);
+    if (atomic_load(&ledger.spawned[x.h.slot]) == 0) {
+        /* The root never ran: the descriptors are still ours. */
+        close(x.fds[0]);
+        close(x.fds[1]);
+    }
+    return err;
+}
+
 struct scenario {
     const char *name;
     unsigned workers;
@@ -690,6 +751,7 @@ static const struct scenario scenarios[] = {
     {"timers", 2, scenario_timers},   {"tcp", 2, scenario_tcp},
     {"channel", 2, scenario_channel}, {"group", 2, scenario_group},
     {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
+    {"pipe", 2, scenario_pipe},
 };
 
 static unsigned count_dir(const char *path)
@@ -759,6 +821,11 @@ static void run_case(const struct scenario *sc, uint64_t nth, bool persistent, i
 #undef PROBLEM
     if (write(fd, &rep, sizeof rep) != (ssize_t)sizeof rep)
         exit(3);
+    if (rep.problem[0] != '\0') {
+        fprintf(stderr, "fault_case %s %llu%s: first failed at %s: %s\n", sc->name,
+                (unsigned long long)nth, persistent ? " --persistent" : "", rep.site, rep.problem);
+        exit(1);
+    }
 }
 
 

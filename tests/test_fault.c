@@ -162,3 +162,8 @@ Test(fault, shutdown_with_work_in_flight)
 {
     run_scenario("shutdown");
 }
+
+Test(fault, a_pipe_adopted_with_rt_io_open)
+{
+    run_scenario("pipe");
+}
