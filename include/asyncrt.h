@@ -3,6 +3,7 @@
 #ifndef ASYNCRT_H
 #define ASYNCRT_H
 
+#include "asyncrt/version.h"
 #include "asyncrt/error.h"
 #include "asyncrt/future.h"
 #include "asyncrt/coro.h"
@@ -15,9 +16,5 @@
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"
 #include "asyncrt/group.h"
-
-#define ASYNCRT_VERSION_MAJOR 0
-#define ASYNCRT_VERSION_MINOR 1
-#define ASYNCRT_VERSION_PATCH 0
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "fault.h"
 #include "atomic.h"
+#include "cpus.h"
 #include "io_internal.h"
 #include "runtime.h"
 
@@ -127,7 +128,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rt->config = *cfg;
-    rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__available_cpus();
+    rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__default_workers();
     if (rt->nworkers > RT_MAX_WORKERS)
         rt->nworkers = RT_MAX_WORKERS;
     rt->idle_state = (uint64_t)rt->nworkers * RT__IDLE_UNPARKED_ONE;

@@ -486,7 +486,4 @@ void rt__registry_sweep_idle(rt__worker *w);
  * drop function called by it). */
 bool rt__thread_in_shutdown(void);
 
-/* The number of CPUs this process may run on (affinity and cgroup quota). */
-unsigned rt__available_cpus(void);
-
 #endif

@@ -10,13 +10,29 @@ src=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-meson setup "$tmp/build" "$src" --prefix="$tmp/prefix" --buildtype=release \
-    -Dtests=false -Dbench=false -Dexamples=false >"$tmp/setup.log" 2>&1 ||
-    { cat "$tmp/setup.log"; exit 1; }
+# A plain setup, with every option at its default, on a machine that has the
+# library's own dependencies but not Criterion: pkg-config sees only ck and
+# liburcu. The tests then switch themselves off and the install works.
+mkdir -p "$tmp/pc"
+for pc in ck liburcu; do
+    f=$(pkg-config --variable=pcfiledir "$pc")/$pc.pc
+    ln -s "$f" "$tmp/pc/$pc.pc"
+done
+PKG_CONFIG_LIBDIR="$tmp/pc" meson setup "$tmp/build" "$src" --prefix="$tmp/prefix" \
+    --buildtype=release >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log"; exit 1; }
+grep -q "Run-time dependency criterion found: NO" "$tmp/setup.log" ||
+    { echo "install test: Criterion was visible to the setup" >&2; exit 1; }
 ninja -C "$tmp/build" install >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
 
 pcdir=$(dirname "$(find "$tmp/prefix" -name asyncrt.pc | head -n 1)")
-export PKG_CONFIG_PATH="$pcdir"
+# A consumer that has no ck.pc or liburcu.pc: asyncrt.pc must name neither,
+# and must bring no flags of theirs (static linking included).
+export PKG_CONFIG_LIBDIR="$pcdir"
+flags=$(pkg-config --cflags --libs --static asyncrt)
+case "$flags" in
+    *ck*|*urcu*|*-D__x86_64__*) echo "install test: asyncrt.pc leaks: $flags" >&2; exit 1 ;;
+esac
+test "$(pkg-config --modversion asyncrt)" = "$(sed -n 's/^#define ASYNCRT_VERSION_STRING "\(.*\)"/\1/p' "$src/include/asyncrt/version.h")"
 test -f "$tmp/prefix/include/asyncrt.h"
 test -f "$tmp/prefix/include/asyncrt/task.h"
 
@@ -41,8 +57,8 @@ int main(void)
     void *value = NULL;
     int err = rt_block_on(rt, answer, NULL, NULL, 0, &value);
     rt_runtime_free(rt);
-    printf("answer %d\n", (int)(uintptr_t)value);
-    return err == 0 && (uintptr_t)value == 42 ? 0 : 1;
+    printf("answer %d from asyncrt %s\n", (int)(uintptr_t)value, rt_version_string());
+    return err == 0 && (uintptr_t)value == 42 && rt_version() == ASYNCRT_VERSION_HEX ? 0 : 1;
 }
 APP
 

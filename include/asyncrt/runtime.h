@@ -24,8 +24,13 @@ typedef struct rt_runtime rt_runtime;
 /* How a runtime is built. Fill it with rt_config_init, then change fields;
  * fields are only ever added at the end. */
 typedef struct rt_config {
-    /* Worker threads. 0: the number of CPUs this process may use (its CPU
-     * affinity mask, lowered by a cgroup CPU quota when one is set). At most
+    /* Worker threads. 0: the number of CPUs this process may use: the CPUs
+     * of its affinity mask, lowered by the CPU quota of its own cgroup or of
+     * any ancestor (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us over
+     * cpu.cfs_period_us), rounded up: a quota of 1.5 CPUs gives 2 workers.
+     * With 0, the environment variable ASYNCRT_WORKERS, when it holds a
+     * positive decimal number, is used instead (read by each rt_runtime_new,
+     * clamped to RT_MAX_WORKERS; any other value is ignored). At most
      * RT_MAX_WORKERS. Default 0. */
     unsigned workers;
     /* A busy worker still looks at the global injector at least once every
