@@ -108,7 +108,9 @@ static int oneshot_take_locked(rt_oneshot *o, void **value)
 
 RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status)
 {
-    if (o == NULL) {
+    if (rt__unlikely(o == NULL || cx == NULL)) {
+        if (value != NULL)
+            *value = NULL;
         if (status != NULL)
             *status = -EINVAL;
         return RT_READY;
@@ -423,7 +425,9 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
 
 RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status)
 {
-    if (ch == NULL) {
+    if (rt__unlikely(ch == NULL || cx == NULL)) {
+        if (value != NULL)
+            *value = NULL;
         if (status != NULL)
             *status = -EINVAL;
         return RT_READY;
@@ -492,6 +496,12 @@ RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)
 
 RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status)
 {
+    if (rt__unlikely(op == NULL || cx == NULL)) {
+        /* An operation is left as it was: rt_chan_send_drop still settles it. */
+        if (status != NULL)
+            *status = -EINVAL;
+        return RT_READY;
+    }
     rt_chan *ch = op->ch;
     if (ch == NULL) {
         /* Finished (or never initialised): the answer was given already. */
@@ -570,6 +580,8 @@ static bool chan_send_abandon(rt_chan_send *op)
 
 RT_EXPORT int rt_chan_send_drop(rt_chan_send *op)
 {
+    if (op == NULL)
+        return 0;
     /* A send accepted but not reported stays sent: its value is in the
      * buffer, owned by the receiver side, exactly as after RT_READY. */
     return chan_send_abandon(op) ? 1 : 0;

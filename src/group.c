@@ -345,6 +345,11 @@ RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout
 RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res,
                                      int *err)
 {
+    if (rt__unlikely(op == NULL || cx == NULL)) {
+        if (err != NULL)
+            *err = -EINVAL;
+        return RT_READY;
+    }
     rt_group *g = op->group;
     int status = 0;
     if (g == NULL) {
@@ -419,6 +424,11 @@ RT_EXPORT int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeou
 
 RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err)
 {
+    if (rt__unlikely(op == NULL || cx == NULL)) {
+        if (err != NULL)
+            *err = -EINVAL;
+        return RT_READY;
+    }
     rt_group *g = op->group;
     int status = 0;
     if (g == NULL) {

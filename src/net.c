@@ -209,6 +209,8 @@ RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
                                       const struct sockaddr *addr, socklen_t len, rt_io **conn,
                                       int *err)
 {
+    if (rt__unlikely(op == NULL || cx == NULL || addr == NULL || conn == NULL || err == NULL))
+        return net_einval(conn, err);
     if (!op->started) {
         op->started = 1;
         int fd = open_socket(addr, SOCK_STREAM, 0);
@@ -268,6 +270,8 @@ RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
 
 RT_EXPORT void rt_tcp_connect_drop(rt_tcp_connect *op)
 {
+    if (op == NULL)
+        return;
     if (op->io != NULL) {
         rt_io_close(op->io);
         op->io = NULL;
@@ -279,23 +283,31 @@ RT_EXPORT void rt_tcp_connect_drop(rt_tcp_connect *op)
 
 RT_EXPORT int rt_tcp_shutdown(rt_io *io, int how)
 {
+    if (io == NULL)
+        return -EINVAL;
     return shutdown(io->fd, how) < 0 ? -errno : 0;
 }
 
 RT_EXPORT int rt_tcp_set_nodelay(rt_io *io, bool on)
 {
+    if (io == NULL)
+        return -EINVAL;
     int v = on ? 1 : 0;
     return setsockopt(io->fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) < 0 ? -errno : 0;
 }
 
 RT_EXPORT int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
 {
+    if (io == NULL || addr == NULL || len == NULL)
+        return -EINVAL;
     *len = sizeof(*addr);
     return getsockname(io->fd, (struct sockaddr *)addr, len) < 0 ? -errno : 0;
 }
 
 RT_EXPORT int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
 {
+    if (io == NULL || addr == NULL || len == NULL)
+        return -EINVAL;
     *len = sizeof(*addr);
     return getpeername(io->fd, (struct sockaddr *)addr, len) < 0 ? -errno : 0;
 }
@@ -310,12 +322,16 @@ RT_EXPORT int rt_udp_bind(rt_runtime *rt, const struct sockaddr *addr, socklen_t
 
 RT_EXPORT int rt_udp_connect(rt_io *io, const struct sockaddr *addr, socklen_t len)
 {
+    if (io == NULL || addr == NULL)
+        return -EINVAL;
     return connect(io->fd, addr, len) < 0 ? -errno : 0;
 }
 
 RT_EXPORT rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, size_t len,
                                  const struct sockaddr *addr, socklen_t addr_len, ssize_t *result)
 {
+    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
+        return udp_einval(result);
     for (;;) {
         uint32_t tick;
         if (rt__io_poll_ready(io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
@@ -340,6 +356,8 @@ RT_EXPORT rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t 
                                    struct sockaddr_storage *from, socklen_t *from_len,
                                    ssize_t *result)
 {
+    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
+        return udp_einval(result);
     for (;;) {
         uint32_t tick;
         if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)

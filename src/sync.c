@@ -118,6 +118,9 @@ RT_EXPORT int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *
 
 RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx)
 {
+    /* No operation: nothing to wait for. No context: no waker to store. */
+    if (rt__unlikely(op == NULL || cx == NULL))
+        return op == NULL ? RT_READY : RT_PENDING;
     rt_semaphore *sem = op->sem;
     if (sem == NULL)
         return RT_READY; /* finished before */
@@ -160,6 +163,8 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
 
 RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
 {
+    if (op == NULL)
+        return;
     rt_semaphore *sem = op->sem;
     if (sem == NULL)
         return;
@@ -227,6 +232,8 @@ RT_EXPORT int rt_mutex_try_lock(rt_mutex *m)
 
 RT_EXPORT void rt_mutex_unlock(rt_mutex *m)
 {
+    if (m == NULL)
+        return;
     /* The permit goes straight to the oldest waiter: no barging. */
     rt_semaphore_release(&m->sem, 1);
 }
@@ -240,12 +247,15 @@ RT_EXPORT int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m)
 
 RT_EXPORT rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx)
 {
+    if (rt__unlikely(op == NULL))
+        return RT_READY; /* as rt_semaphore_acquire_poll */
     return rt_semaphore_acquire_poll(&op->acquire, cx);
 }
 
 RT_EXPORT void rt_mutex_lock_drop(rt_mutex_lock *op)
 {
-    rt_semaphore_acquire_drop(&op->acquire);
+    if (op != NULL)
+        rt_semaphore_acquire_drop(&op->acquire);
 }
 
 RT_EXPORT int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns)
@@ -286,6 +296,8 @@ static void notify_one_locked(rt_notify *n, rt_waker *wake)
 
 RT_EXPORT void rt_notify_one(rt_notify *n)
 {
+    if (rt__unlikely(n == NULL))
+        return;
     rt_waker wake = rt__waker_noop();
     rt__waitq_lock(&n->lock);
     notify_one_locked(n, &wake);
@@ -295,6 +307,8 @@ RT_EXPORT void rt_notify_one(rt_notify *n)
 
 RT_EXPORT void rt_notify_all(rt_notify *n)
 {
+    if (rt__unlikely(n == NULL))
+        return;
     rt__wake_list wakes = {0};
     rt__waitq_lock(&n->lock);
     /* Waiters initialised before now but not queued yet see the new
@@ -341,6 +355,9 @@ RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
 
 RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
 {
+    /* As rt_semaphore_acquire_poll. */
+    if (rt__unlikely(op == NULL || cx == NULL))
+        return op == NULL ? RT_READY : RT_PENDING;
     rt_notify *n = op->notify;
     if (n == NULL)
         return RT_READY;
@@ -385,6 +402,8 @@ RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
 
 RT_EXPORT void rt_notified_drop(rt_notified *op)
 {
+    if (op == NULL)
+        return;
     rt_notify *n = op->notify;
     if (n == NULL)
         return;

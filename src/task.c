@@ -393,6 +393,8 @@ RT_EXPORT int rt_current_worker(void)
 
 RT_EXPORT bool rt_coop_proceed(rt_context *cx)
 {
+    if (rt__unlikely(cx == NULL))
+        return true; /* nothing to wake: no budget is spent */
     return rt__coop_proceed(cx);
 }
 
@@ -679,6 +681,14 @@ static void task_read_result(rt_task *t, uint64_t s, void **value, int *status)
 
 RT_EXPORT rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status)
 {
+    if (rt__unlikely(task == NULL || cx == NULL)) {
+        /* The handle (if any) is not released: it stays the caller's. */
+        if (value != NULL)
+            *value = NULL;
+        if (status != NULL)
+            *status = -EINVAL;
+        return RT_READY;
+    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     /* Acquire pairs with the completer's release of COMPLETE (output). */
@@ -772,11 +782,14 @@ RT_EXPORT void rt_task_abort(rt_task *task)
 
 RT_EXPORT bool rt_task_is_finished(const rt_task *task)
 {
+    if (task == NULL)
+        return false;
     return (rt__load_acquire_u64(&task->state) & RT__TASK_COMPLETE) != 0;
 }
 
 RT_EXPORT rt_poll rt_yield(rt_context *cx)
 {
-    rt_waker_wake_by_ref(rt_context_waker(cx));
+    if (cx != NULL)
+        rt_waker_wake_by_ref(rt_context_waker(cx));
     return RT_PENDING;
 }

@@ -179,6 +179,11 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
 {
     if (err != NULL)
         *err = 0;
+    if (rt__unlikely(s == NULL || cx == NULL)) {
+        if (err != NULL)
+            *err = -EINVAL;
+        return RT_READY;
+    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt__timer *t = s->timer;
@@ -236,6 +241,8 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
 
 RT_EXPORT void rt_sleep_drop(rt_sleep *s)
 {
+    if (s == NULL)
+        return;
     rt__timer *t = s->timer;
     if (t == NULL)
         return;
@@ -270,6 +277,11 @@ RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, int64_t duration_ns
 RT_EXPORT rt_poll rt_timeout_poll(rt_timeout *t, rt_context *cx, rt_poll_fn inner,
                                   void *inner_state, void **out, int *status)
 {
+    if (rt__unlikely(t == NULL || cx == NULL || inner == NULL)) {
+        if (status != NULL)
+            *status = -EINVAL; /* the inner future was not polled */
+        return RT_READY;
+    }
     void *value = NULL;
     if (inner(inner_state, cx, &value) == RT_READY) {
         if (out != NULL)
@@ -289,7 +301,8 @@ RT_EXPORT rt_poll rt_timeout_poll(rt_timeout *t, rt_context *cx, rt_poll_fn inne
 
 RT_EXPORT void rt_timeout_drop(rt_timeout *t)
 {
-    rt_sleep_drop(&t->sleep);
+    if (t != NULL)
+        rt_sleep_drop(&t->sleep);
 }
 
 /* ---- Interval ----------------------------------------------------------------- */
@@ -304,6 +317,11 @@ RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_n
 
 RT_EXPORT rt_poll rt_interval_poll(rt_interval *iv, rt_context *cx, int *err)
 {
+    if (rt__unlikely(iv == NULL || cx == NULL)) {
+        if (err != NULL)
+            *err = -EINVAL;
+        return RT_READY;
+    }
     int e = 0;
     if (rt_sleep_poll(&iv->sleep, cx, &e) == RT_PENDING)
         return RT_PENDING;
@@ -324,5 +342,6 @@ RT_EXPORT rt_poll rt_interval_poll(rt_interval *iv, rt_context *cx, int *err)
 
 RT_EXPORT void rt_interval_drop(rt_interval *iv)
 {
-    rt_sleep_drop(&iv->sleep);
+    if (iv != NULL)
+        rt_sleep_drop(&iv->sleep);
 }

@@ -27,16 +27,20 @@ RT_EXPORT rt_waker rt_waker_noop(void)
 
 RT_EXPORT bool rt_waker_is_noop(const rt_waker *waker)
 {
-    return waker->vtable == &rt__noop_waker_vtable;
+    return waker == NULL || waker->vtable == &rt__noop_waker_vtable;
 }
 
 RT_EXPORT rt_waker rt_waker_clone(const rt_waker *waker)
 {
+    if (rt__unlikely(waker == NULL))
+        return rt_waker_noop();
     return waker->vtable->clone(waker->data);
 }
 
 RT_EXPORT void rt_waker_wake(rt_waker *waker)
 {
+    if (rt__unlikely(waker == NULL))
+        return;
     rt_waker w = *waker;
     *waker = rt_waker_noop();
     w.vtable->wake(w.data);
@@ -44,11 +48,15 @@ RT_EXPORT void rt_waker_wake(rt_waker *waker)
 
 RT_EXPORT void rt_waker_wake_by_ref(const rt_waker *waker)
 {
+    if (rt__unlikely(waker == NULL))
+        return;
     waker->vtable->wake_by_ref(waker->data);
 }
 
 RT_EXPORT void rt_waker_drop(rt_waker *waker)
 {
+    if (rt__unlikely(waker == NULL))
+        return;
     rt_waker w = *waker;
     *waker = rt_waker_noop();
     w.vtable->drop(w.data);
@@ -56,5 +64,7 @@ RT_EXPORT void rt_waker_drop(rt_waker *waker)
 
 RT_EXPORT bool rt_waker_will_wake(const rt_waker *a, const rt_waker *b)
 {
+    if (rt__unlikely(a == NULL || b == NULL))
+        return false;
     return a->vtable == b->vtable && a->data == b->data;
 }

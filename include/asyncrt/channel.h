@@ -49,32 +49,37 @@ typedef struct rt_oneshot rt_oneshot;
 int rt_oneshot_new(rt_oneshot **out);
 
 /* Sends `value` and releases the sending side. Returns 0, or -EPIPE when the
- * receiver was already dropped (the value stays the caller's). Never waits. */
+ * receiver was already dropped (the value stays the caller's), or -EINVAL (o
+ * NULL). Never waits. */
 int rt_oneshot_send(rt_oneshot *o, void *value);
 
-/* Releases the sending side without sending: the receiver gets -EPIPE. */
+/* Releases the sending side without sending: the receiver gets -EPIPE. NULL
+ * is a no-op. */
 void rt_oneshot_sender_drop(rt_oneshot *o);
 
 /* RT_READY with *status 0 and the value in *value, or *status -EPIPE when the
  * sender was dropped without sending; else RT_PENDING (waker stored). The
  * value is handed out once: a poll after it was taken reports RT_READY with
  * *value NULL and *status -EALREADY. value and status may be NULL. The
- * receiving side stays to be dropped. o NULL: RT_READY with -EINVAL. */
+ * receiving side stays to be dropped. o or cx NULL: RT_READY with *value
+ * NULL and *status -EINVAL. */
 rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status);
 
 /* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
- * sender is gone without sending), -EALREADY (already received). */
+ * sender is gone without sending), -EALREADY (already received), -EINVAL (o
+ * NULL). value may be NULL (a value taken is then not handed back). */
 int rt_oneshot_try_recv(rt_oneshot *o, void **value);
 
 /* Blocks the calling thread until a value or -EPIPE comes, or timeout_ns
  * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
- * -EALREADY, -ENOMEM. */
+ * -EALREADY, -ENOMEM, -EINVAL (o NULL). value may be NULL, as for
+ * rt_oneshot_try_recv. */
 int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value);
 
 /* Releases the receiving side. If a value was sent but never received, it is
  * written to *unreceived (may be NULL: then it is simply not handed back)
  * and 1 is returned; else *unreceived gets NULL and 0 is returned. A sender
- * sending afterwards gets -EPIPE. */
+ * sending afterwards gets -EPIPE. o NULL: a no-op returning 0. */
 int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 
 /* ---- Bounded multi-producer channel ---------------------------------------*/
@@ -94,18 +99,19 @@ int rt_chan_new(size_t capacity, rt_chan **out);
 int rt_chan_sender_clone(rt_chan *ch);
 
 /* Gives back one sender reference. After the last one, the receiver sees
- * -EPIPE once the buffer is drained. */
+ * -EPIPE once the buffer is drained. NULL is a no-op. */
 void rt_chan_sender_drop(rt_chan *ch);
 
 /* Receiver side: refuses further sends (waiting and later senders get
  * -EPIPE, keeping their values); values already buffered can still be
- * received, after which receives return -EPIPE. Idempotent. */
+ * received, after which receives return -EPIPE. Idempotent; NULL is a
+ * no-op. */
 void rt_chan_close(rt_chan *ch);
 
 /* Releases the receiver: closes the channel, then passes every value still
  * buffered to dispose(value, arg) on the calling thread, oldest first
  * (dispose NULL: they are just forgotten, which leaks them if they own
- * memory). */
+ * memory). ch NULL is a no-op. */
 void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg), void *arg);
 
 /* Values buffered right now (a snapshot), and the capacity (0 for NULL). */
@@ -113,22 +119,24 @@ size_t rt_chan_len(rt_chan *ch);
 size_t rt_chan_capacity(const rt_chan *ch);
 
 /* Sends without waiting: 0 (buffered), -EAGAIN (full, or senders already
- * wait: a try never overtakes them), -EPIPE (closed). */
+ * wait: a try never overtakes them), -EPIPE (closed), -EINVAL (ch NULL). */
 int rt_chan_try_send(rt_chan *ch, void *value);
 
 /* Receives without waiting: 0 (*value written), -EAGAIN (empty), -EPIPE
- * (empty and every sender is gone, or closed and drained). */
+ * (empty and every sender is gone, or closed and drained), -EINVAL (ch
+ * NULL). value may be NULL (a value taken is then not handed back). */
 int rt_chan_try_recv(rt_chan *ch, void **value);
 
 /* Receives: RT_READY with *status 0 and the oldest value in *value, or
  * *status -EPIPE (end of stream: *value NULL); else RT_PENDING with the
  * context's waker stored (one receiver: a later poll's waker replaces it).
- * value and status may be NULL. Only the holder of the receiver. ch NULL:
- * RT_READY with -EINVAL. */
+ * value and status may be NULL. Only the holder of the receiver. ch or cx
+ * NULL: RT_READY with *value NULL and *status -EINVAL. */
 rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status);
 
 /* Blocks the calling thread to receive. Errors: -EPIPE, -ETIMEDOUT (timeout_ns
- * passed; < 0: no limit), -EDEADLK (a worker thread), -ENOMEM. */
+ * passed; < 0: no limit), -EDEADLK (a worker thread), -ENOMEM, -EINVAL (ch
+ * NULL). value may be NULL, as for rt_chan_try_recv. */
 int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value);
 
 /* One send that may wait for room. Fields are private. */
@@ -146,18 +154,20 @@ int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
  * to the receiver side), or with *status -EPIPE when the channel is closed
  * (the value is still the caller's); else RT_PENDING (waker stored). A poll
  * after the one that returned RT_READY returns RT_READY with -EALREADY.
- * status may be NULL. */
+ * status may be NULL. op or cx NULL: RT_READY with *status -EINVAL; op is
+ * left as it was (rt_chan_send_drop settles it). */
 rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status);
 
 /* Abandons the send. Returns 0 when the value was not sent (a waiting send
  * leaves the queue; the value is still the caller's), or 1 when a receive
  * had already moved it into the channel before the drop (it then belongs to
  * the receiver side, as after RT_READY). Nothing to do, and 0, after
- * RT_READY or a second call. */
+ * RT_READY or a second call, and for NULL. */
 int rt_chan_send_drop(rt_chan_send *op);
 
 /* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
- * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM. */
+ * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM,
+ * -EINVAL (ch NULL). */
 int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns);
 
 #ifdef __cplusplus

@@ -25,7 +25,10 @@
  * - The poll expression given to RT_AWAIT is evaluated again on every poll
  *   until it returns RT_READY, so it must be a poll-style call that registers
  *   the context's waker before returning RT_PENDING.
- * - Zero-initialise the rt_coro (it is, when the whole state is zeroed). */
+ * - Zero-initialise the rt_coro (it is, when the whole state is zeroed).
+ * - `co` (every macro) and `out` (RT_RETURN, RT_CORO_END) are dereferenced:
+ *   they must not be NULL (the `out` a poll function receives never is).
+ *   RT_YIELD with cx NULL wakes nothing, as rt_yield(NULL). */
 #ifndef ASYNCRT_CORO_H
 #define ASYNCRT_CORO_H
 

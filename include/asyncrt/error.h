@@ -9,7 +9,25 @@
  *   -ECANCELED  the task was aborted or cancelled by shutdown;
  *   -ETIMEDOUT  a deadline passed;
  *   -EDEADLK    a blocking call was made from a worker thread.
- * Errors from system calls are passed through unchanged. */
+ * Errors from system calls are passed through unchanged.
+ *
+ * NULL arguments. Pointers a comment calls optional ("may be NULL", "NULL
+ * means ...") are never an error. For any other pointer argument of a public
+ * function, one rule applies, and each function's comment says its case:
+ * - A function that releases, drops, closes, cancels, detaches, wakes or
+ *   notifies the object it is given does nothing with NULL (and returns 0
+ *   when it returns a value, as rt_io_close and rt_runtime_free do).
+ * - Any other function that reports errors returns -EINVAL. A poll function
+ *   returns RT_READY with -EINVAL written to its error output (*err, *status
+ *   or *result) when that output is not NULL, and does nothing else: an
+ *   operation passed to it is left as it was (drop it as usual), a join
+ *   handle is not released. When that output is itself required (the
+ *   *result of a transfer, the *err of an accept or a connect) and NULL, it
+ *   returns RT_READY having done nothing. A NULL poll context counts as a
+ *   missing argument.
+ * - Any other function gives a fixed, documented answer for NULL (0, false,
+ *   NULL, -EBADF, the no-op waker, RT_READY...), or its comment says that
+ *   the argument must not be NULL. */
 #ifndef ASYNCRT_ERROR_H
 #define ASYNCRT_ERROR_H
 

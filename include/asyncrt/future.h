@@ -53,7 +53,9 @@ typedef struct rt_waker_vtable {
 } rt_waker_vtable;
 
 /* What a poll function receives: today the task's waker. It is valid only for
- * the duration of the poll; clone the waker to keep it. */
+ * the duration of the poll; clone the waker to keep it. The library's poll
+ * functions need it: each says what it does when given cx NULL (see error.h,
+ * "NULL arguments"). */
 typedef struct rt_context {
     rt_waker waker; /* borrowed: never drop or wake (by value) this one */
 } rt_context;
@@ -71,44 +73,51 @@ typedef rt_poll (*rt_poll_fn)(void *state, rt_context *cx, void **out);
 typedef void (*rt_drop_fn)(void *state);
 
 /* Builds a context around a borrowed waker (for polling futures by hand, for
- * example in a test or a combinator that polls a child future). */
+ * example in a test or a combinator that polls a child future). Takes no
+ * pointer. */
 static inline rt_context rt_context_from_waker(rt_waker waker)
 {
     rt_context cx = {waker};
     return cx;
 }
 
-/* The waker of a context. Borrowed: clone it with rt_waker_clone to keep it. */
+/* The waker of a context. Borrowed: clone it with rt_waker_clone to keep it.
+ * cx NULL: returns NULL, which every rt_waker_* function below accepts (as
+ * nothing to wake). */
 static inline const rt_waker *rt_context_waker(const rt_context *cx)
 {
-    return &cx->waker;
+    return cx != NULL ? &cx->waker : NULL;
 }
 
-/* Returns a clone of *waker (one more reference). Any thread. */
+/* Returns a clone of *waker (one more reference); waker NULL: the no-op
+ * waker. Any thread. */
 rt_waker rt_waker_clone(const rt_waker *waker);
 
 /* Wakes the target and consumes *waker, which is left as the no-op waker. Any
  * thread. Waking a completed or already scheduled task does nothing beyond
- * releasing the reference. */
+ * releasing the reference. NULL is a no-op. */
 void rt_waker_wake(rt_waker *waker);
 
-/* Wakes the target; *waker stays valid and owned by the caller. Any thread. */
+/* Wakes the target; *waker stays valid and owned by the caller. Any thread.
+ * NULL is a no-op. */
 void rt_waker_wake_by_ref(const rt_waker *waker);
 
 /* Releases *waker without waking and leaves it as the no-op waker. Any thread.
  * Safe on the no-op waker, and safe after the runtime that made it was shut
- * down and freed (see rt_runtime_free). */
+ * down and freed (see rt_runtime_free). NULL is a no-op. */
 void rt_waker_drop(rt_waker *waker);
 
 /* True when waking `a` and `b` would wake the same target (same vtable and
- * data), so a stored waker need not be replaced by a clone of the new one. */
+ * data), so a stored waker need not be replaced by a clone of the new one.
+ * False when a or b is NULL. */
 bool rt_waker_will_wake(const rt_waker *a, const rt_waker *b);
 
 /* A waker that does nothing; cloning and dropping it are free. Useful as the
  * "empty" value of a waker slot and for polling a future once by hand. */
 rt_waker rt_waker_noop(void);
 
-/* True when `waker` is the no-op waker (an empty slot). */
+/* True when `waker` is the no-op waker (an empty slot), or NULL (nothing to
+ * wake either). */
 bool rt_waker_is_noop(const rt_waker *waker);
 
 #ifdef __cplusplus

@@ -47,8 +47,9 @@ int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *
 /* Spawns a child into the group: as rt_spawn_ex (opts may be NULL), except
  * that there is no join handle: the result comes out of rt_group_next.
  * *id (may be NULL) receives the child's task id.
- * Errors: as rt_spawn_ex, and -EPIPE when the group is closing or freed. On
- * error nothing was spawned and drop was not called. Any thread. */
+ * Errors: as rt_spawn_ex (-EINVAL for g or poll NULL, or state NULL with
+ * size > 0), and -EPIPE when the group is closing or freed. On error nothing
+ * was spawned and drop was not called. Any thread. */
 int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
                    const void *state, size_t size, uint64_t *id);
 
@@ -58,7 +59,8 @@ size_t rt_group_len(rt_group *g);
 
 /* Aborts every child still running (rt_task_abort). They finish as
  * cancelled and are still collected by rt_group_next (status -ECANCELED).
- * The group stays usable: children spawned later run normally. */
+ * The group stays usable: children spawned later run normally. NULL is a
+ * no-op. */
 void rt_group_cancel(rt_group *g);
 
 /* What rt_group_next collects. */
@@ -76,19 +78,22 @@ typedef struct rt_group_next {
     int timed;       /* a timeout is set */
 } rt_group_next;
 
-/* Prepares the wait; timeout_ns < 0: none. Errors: -EINVAL. */
+/* Prepares the wait; timeout_ns < 0: none. Errors: -EINVAL (op or g NULL). */
 int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns);
 
 /* RT_READY with 0 and *res filled with a finished child (which is then no
  * longer counted), or with -ECHILD when the group has no child left at all,
  * or -ETIMEDOUT when the timeout passed first (nothing collected), or a
  * timer error (-ENOMEM, -ESHUTDOWN); else RT_PENDING.
- * *err receives that status (err may be NULL).
+ * *err receives that status (err may be NULL; res may be NULL too, and the
+ * child collected is then not described). op or cx NULL, or op not
+ * initialised or already dropped: RT_READY with -EINVAL (op is left as it
+ * was).
  * Abort safety: a finished child is collected only by a poll that returns
  * RT_READY, so an aborted wait loses nothing. */
 rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res, int *err);
 
-/* Releases the wait (its timer). Idempotent. */
+/* Releases the wait (its timer). Idempotent; NULL is a no-op. */
 void rt_group_next_drop(rt_group_next *op);
 
 /* Waiting for every child: rt_group_join_all waits for them to finish by
@@ -103,23 +108,27 @@ typedef struct rt_group_wait {
     size_t failed;   /* children collected with a non-zero status so far */
 } rt_group_wait;
 
-/* Prepares to wait for all children (timeout_ns < 0: none). Errors: -EINVAL. */
+/* Prepares to wait for all children (timeout_ns < 0: none). Errors: -EINVAL
+ * (op or g NULL). */
 int rt_group_join_all_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
 
 /* Prepares to close the group: cancel every child, refuse new spawns
- * (-EPIPE), and wait until all have finished. Errors: -EINVAL. */
+ * (-EPIPE), and wait until all have finished. Errors: -EINVAL (op or g
+ * NULL). */
 int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
 
 /* RT_READY with 0 when no child is left (*failed, may be NULL, receives how
  * many finished with a non-zero status, cancelled ones included), or
  * -ETIMEDOUT (children remain; waiting again is allowed), or a timer error;
- * else RT_PENDING. *err receives that status (may be NULL). */
+ * else RT_PENDING. *err receives that status (may be NULL). op or cx NULL:
+ * RT_READY with *err -EINVAL (*failed is not written; op is left as it
+ * was). */
 rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err);
 
-/* Releases the wait (its timer). Idempotent. Abort safety: results the
- * wait already collected went to dispose; children not yet finished stay in
- * the group, and for rt_group_close they stay cancelled (the group keeps
- * refusing spawns). */
+/* Releases the wait (its timer). Idempotent; NULL is a no-op. Abort safety:
+ * results the wait already collected went to dispose; children not yet
+ * finished stay in the group, and for rt_group_close they stay cancelled
+ * (the group keeps refusing spawns). */
 void rt_group_wait_drop(rt_group_wait *op);
 
 /* Ends the group: refuses new spawns, cancels every child still running and

@@ -66,27 +66,33 @@ int rt_io_fd(const rt_io *io);
  * readiness reported earlier is checked with poll(2) before it is trusted,
  * since the caller may have drained the descriptor with calls of its own. On
  * a descriptor just opened, the first poll may return RT_PENDING and wake one
- * reactor turn later (the kernel reports the initial state then). */
+ * reactor turn later (the kernel reports the initial state then). io or cx
+ * NULL: RT_READY (the read that follows reports -EINVAL). */
 rt_poll rt_io_readable(rt_io *io, rt_context *cx);
 
 /* RT_READY once the descriptor is writable (or in error), else RT_PENDING.
- * Exact in the same way as rt_io_readable. */
+ * Exact in the same way as rt_io_readable. io or cx NULL: RT_READY (the
+ * write that follows reports -EINVAL). */
 rt_poll rt_io_writable(rt_io *io, rt_context *cx);
 
 /* Reads up to `len` bytes into buf: RT_READY with *result set (bytes, 0 at
- * end of stream, or -errno), or RT_PENDING until data arrives. */
+ * end of stream, or -errno), or RT_PENDING until data arrives. io or cx NULL,
+ * or buf NULL with len > 0: RT_READY with *result -EINVAL. result NULL:
+ * RT_READY at once, nothing read. */
 rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result);
 
 /* Writes up to `len` bytes from buf: RT_READY with *result set (bytes written,
  * possibly fewer than len, or -errno), or RT_PENDING while the descriptor
- * cannot take any. */
+ * cannot take any. NULL arguments as rt_io_read (result NULL: nothing
+ * written). */
 rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t len, ssize_t *result);
 
 /* Writes all `len` bytes from buf, across as many polls as needed. *progress
  * counts the bytes written so far: set it to 0 before the first poll and keep
  * it in the caller's state between polls. RT_READY with *result = len, or
  * with a negative errno (then *progress bytes were written), or RT_PENDING.
- * Abort safety: an aborted write_all has written *progress bytes. */
+ * Abort safety: an aborted write_all has written *progress bytes. NULL
+ * arguments as rt_io_read, progress NULL included (-EINVAL). */
 rt_poll rt_io_write_all(rt_io *io, rt_context *cx, const void *buf, size_t len, size_t *progress,
                         ssize_t *result);
 

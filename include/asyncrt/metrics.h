@@ -58,7 +58,8 @@ typedef struct rt_metrics {
 int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size);
 
 /* Fills *m for worker `index` (0 <= index < rt_runtime_workers(rt)).
- * Any thread, any time before rt_runtime_free. Errors: -EINVAL. */
+ * Any thread, any time before rt_runtime_free. Errors: -EINVAL (rt or m
+ * NULL, index out of range). */
 int rt_worker_metrics_read(rt_runtime *rt, unsigned index, rt_worker_metrics *m, size_t size);
 
 /* Writes the totals and one line per worker to `out`, readably.

@@ -26,13 +26,14 @@ extern "C" {
 #define RT_NET_V6ONLY 4u    /* IPV6_V6ONLY on an IPv6 socket */
 
 /* Parses "a.b.c.d" or an IPv6 literal plus a port into *addr / *len.
- * Returns 0 or -EINVAL. Any thread. */
+ * Returns 0 or -EINVAL (not an address; ip, addr or len NULL). Any thread. */
 int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, socklen_t *len);
 
 /* Creates a TCP socket bound to addr and listening with `backlog`, with the
  * RT_NET_* `flags`. *out owns it. Errors: those of socket/bind/listen
- * (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL, -ENOMEM, -ESHUTDOWN.
- * rt NULL means rt_current(). Any thread. */
+ * (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL (addr or out NULL, rt NULL
+ * outside a task), -ENOMEM, -ESHUTDOWN. rt NULL means rt_current(). Any
+ * thread. */
 int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
                   unsigned flags, rt_io **out);
 
@@ -65,47 +66,59 @@ typedef struct rt_tcp_connect {
 
 /* Prepares a connection to addr that gives up timeout_ns after this call
  * (<= 0: no limit beyond the kernel's). rt NULL means rt_current(). Returns 0
- * or -EINVAL. */
+ * or -EINVAL (op NULL, no runtime). */
 int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, int64_t timeout_ns);
 
 /* Connects: RT_READY with *err 0 and *conn the connected socket (owned by the
  * caller), or RT_READY with *err < 0 (-ECONNREFUSED, -ETIMEDOUT when the
  * timeout passed, -ENETUNREACH, -EMFILE...), or RT_PENDING. Pass the same
- * addr on every poll. */
+ * addr on every poll. op, cx, addr or conn NULL: RT_READY with *err -EINVAL
+ * (and *conn NULL when conn is not); op is left as it was. err NULL: RT_READY
+ * at once, nothing done. */
 rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx, const struct sockaddr *addr,
                             socklen_t len, rt_io **conn, int *err);
 
 /* Abandons a connection attempt (closing its socket and timer). Safe after
- * completion too, and on a zero-initialised struct. Abort safety: the
- * half-open socket is closed. */
+ * completion too, on a zero-initialised struct, and on NULL (a no-op). Abort
+ * safety: the half-open socket is closed. */
 void rt_tcp_connect_drop(rt_tcp_connect *op);
 
-/* shutdown(2): how is SHUT_RD, SHUT_WR or SHUT_RDWR. Returns 0 or -errno. */
+/* shutdown(2): how is SHUT_RD, SHUT_WR or SHUT_RDWR. Returns 0 or -errno
+ * (-EINVAL for io NULL). */
 int rt_tcp_shutdown(rt_io *io, int how);
 
-/* TCP_NODELAY on or off. Returns 0 or -errno. */
+/* TCP_NODELAY on or off. Returns 0 or -errno (-EINVAL for io NULL). */
 int rt_tcp_set_nodelay(rt_io *io, bool on);
 
 /* The socket's own and its peer's address: written to *addr, with its length
- * in *len (an output only). Return 0 or -errno (-ENOTCONN). */
+ * in *len (an output only). Return 0 or -errno (-ENOTCONN; -EINVAL for io,
+ * addr or len NULL). */
 int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
 int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
 
 /* Creates a UDP socket bound to addr (port 0: any free port) with the
- * RT_NET_* flags. *out owns it. Errors as rt_tcp_listen. */
+ * RT_NET_* flags. *out owns it. Errors as rt_tcp_listen (-EINVAL for addr or
+ * out NULL). */
 int rt_udp_bind(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, unsigned flags,
                 rt_io **out);
 
 /* Sets the default peer of a UDP socket (connect(2)); rt_io_read/write then
- * exchange datagrams with it. Returns 0 or -errno. */
+ * exchange datagrams with it. Returns 0 or -errno (-EINVAL for io or addr
+ * NULL). */
 int rt_udp_connect(rt_io *io, const struct sockaddr *addr, socklen_t len);
 
-/* Sends one datagram: RT_READY with *result (bytes or -errno), or RT_PENDING. */
+/* Sends one datagram: RT_READY with *result (bytes or -errno), or RT_PENDING.
+ * addr NULL: to the peer set by rt_udp_connect (addr_len is then ignored).
+ * io or cx NULL, or buf NULL with len > 0: RT_READY with *result -EINVAL.
+ * result NULL: RT_READY at once, nothing sent. */
 rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, size_t len,
                        const struct sockaddr *addr, socklen_t addr_len, ssize_t *result);
 
 /* Receives one datagram (truncated to len): RT_READY with *result (bytes or
- * -errno) and the sender in *from / *from_len when not NULL, or RT_PENDING. */
+ * -errno) and the sender in *from / *from_len when not NULL (*from_len is an
+ * output only), or RT_PENDING.
+ * io or cx NULL, or buf NULL with len > 0: RT_READY with *result -EINVAL.
+ * result NULL: RT_READY at once, nothing received. */
 rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t len,
                          struct sockaddr_storage *from, socklen_t *from_len, ssize_t *result);
 

@@ -6,8 +6,9 @@
  * sleep on a futex and use no CPU.
  *
  * Errors are negative errno values (rt_strerror() names them); no function
- * aborts or exits the process on a failed system call, a failed allocation or
- * a bad argument. */
+ * aborts or exits the process on a failed system call or a failed
+ * allocation. What each function does with a NULL argument follows the rule
+ * in error.h ("NULL arguments"). */
 #ifndef ASYNCRT_RUNTIME_H
 #define ASYNCRT_RUNTIME_H
 
@@ -84,7 +85,7 @@ typedef struct rt_config {
 /* Largest accepted rt_config.workers. */
 #define RT_MAX_WORKERS 1024u
 
-/* Fills *cfg with the defaults above. Any thread. */
+/* Fills *cfg with the defaults above. cfg NULL: nothing is done. Any thread. */
 void rt_config_init(rt_config *cfg);
 
 /* Creates a runtime and starts its worker threads and its reactor thread.
@@ -138,7 +139,7 @@ int rt_runtime_free(rt_runtime *rt);
 /* The runtime whose worker is calling, or NULL on any other thread. */
 rt_runtime *rt_current(void);
 
-/* The number of worker threads of `rt`. */
+/* The number of worker threads of `rt` (0 for NULL). */
 unsigned rt_runtime_workers(const rt_runtime *rt);
 
 /* Runs a future to completion on the runtime and blocks the calling thread

@@ -64,7 +64,8 @@ typedef struct rt_semaphore {
  * RT_SEMAPHORE_MAX). */
 int rt_semaphore_init(rt_semaphore *sem, size_t permits);
 
-/* Ends *sem. Nobody may be waiting on it or use it afterwards. */
+/* Ends *sem. Nobody may be waiting on it or use it afterwards. NULL is a
+ * no-op. */
 void rt_semaphore_destroy(rt_semaphore *sem);
 
 /* Adds n permits and hands them to queued waiters in FIFO order. Errors:
@@ -74,7 +75,7 @@ int rt_semaphore_release(rt_semaphore *sem, size_t n);
 
 /* Takes n permits if they are available and nobody is queued before the
  * caller. Returns 0 (the permits are the caller's), -EAGAIN (not now), or
- * -EINVAL (n 0 or > RT_SEMAPHORE_MAX). Never waits. */
+ * -EINVAL (sem NULL, n 0 or > RT_SEMAPHORE_MAX). Never waits. */
 int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n);
 
 /* Permits available right now (a snapshot; 0 for NULL). */
@@ -87,23 +88,25 @@ typedef struct rt_semaphore_acquire {
 } rt_semaphore_acquire;
 
 /* Prepares to acquire n permits (1 <= n <= RT_SEMAPHORE_MAX). Errors:
- * -EINVAL. */
+ * -EINVAL (op or sem NULL, n out of range). */
 int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_t n);
 
 /* RT_READY once the n permits are the caller's (release them with
  * rt_semaphore_release), else RT_PENDING with the context's waker stored.
  * Waits in FIFO order: n permits are granted to the oldest waiter before
- * anyone behind it gets any. */
+ * anyone behind it gets any. op NULL: RT_READY, as for a finished operation
+ * (nothing is acquired). cx NULL: RT_PENDING with nothing done (there is no
+ * waker to store; op is left as it was). */
 rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx);
 
 /* Abandons the acquisition: leaves the queue, or returns permits granted but
  * not collected by a poll. Nothing to do after RT_READY (the permits then
- * belong to the caller, not to the operation). Idempotent. */
+ * belong to the caller, not to the operation). Idempotent; NULL is a no-op. */
 void rt_semaphore_acquire_drop(rt_semaphore_acquire *op);
 
 /* Blocks the calling (foreign) thread until n permits are its own or
  * timeout_ns passes (< 0: no limit). Errors: -ETIMEDOUT (no permit taken),
- * -EDEADLK (a worker thread), -EINVAL, -ENOMEM. */
+ * -EDEADLK (a worker thread), -EINVAL (sem NULL, n out of range), -ENOMEM. */
 int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns);
 
 /* ---- Mutex -----------------------------------------------------------------*/
@@ -119,14 +122,15 @@ typedef struct rt_mutex {
 /* Starts *m unlocked. Errors: -EINVAL (m NULL). */
 int rt_mutex_init(rt_mutex *m);
 
-/* Ends *m: it must be unlocked, nobody waiting. */
+/* Ends *m: it must be unlocked, nobody waiting. NULL is a no-op. */
 void rt_mutex_destroy(rt_mutex *m);
 
-/* Takes the lock if it is free and nobody waits for it: 0, or -EBUSY. */
+/* Takes the lock if it is free and nobody waits for it: 0, or -EBUSY;
+ * -EINVAL for m NULL. */
 int rt_mutex_try_lock(rt_mutex *m);
 
 /* Releases the lock (held by the caller's task or thread), handing it to
- * the oldest waiter if there is one. */
+ * the oldest waiter if there is one. NULL is a no-op. */
 void rt_mutex_unlock(rt_mutex *m);
 
 /* One wait for the lock. Fields are private. */
@@ -134,20 +138,22 @@ typedef struct rt_mutex_lock {
     rt_semaphore_acquire acquire; /* the one permit */
 } rt_mutex_lock;
 
-/* Prepares to lock m. Errors: -EINVAL (NULL). */
+/* Prepares to lock m. Errors: -EINVAL (op or m NULL). */
 int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m);
 
-/* RT_READY once the caller holds the lock, else RT_PENDING (waker stored). */
+/* RT_READY once the caller holds the lock, else RT_PENDING (waker stored).
+ * op or cx NULL: as rt_semaphore_acquire_poll (op NULL: RT_READY, the lock
+ * is not taken; cx NULL: RT_PENDING, nothing done). */
 rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx);
 
 /* Abandons the wait (a lock handed over but not collected is passed on to
  * the next waiter or released). After RT_READY it does nothing: the lock is
- * then held until rt_mutex_unlock. Idempotent. */
+ * then held until rt_mutex_unlock. Idempotent; NULL is a no-op. */
 void rt_mutex_lock_drop(rt_mutex_lock *op);
 
 /* Blocks the calling (foreign) thread until it holds the lock or timeout_ns
  * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread),
- * -EINVAL, -ENOMEM. */
+ * -EINVAL (m NULL), -ENOMEM. */
 int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns);
 
 /* ---- Notify ----------------------------------------------------------------*/
@@ -166,16 +172,17 @@ typedef struct rt_notify {
 /* Starts *n with no permit. Errors: -EINVAL (n NULL). */
 int rt_notify_init(rt_notify *n);
 
-/* Ends *n. Nobody may be waiting on it. */
+/* Ends *n. Nobody may be waiting on it. NULL is a no-op. */
 void rt_notify_destroy(rt_notify *n);
 
 /* Wakes the oldest waiter; when nobody waits, stores the permit (at most one:
- * repeated calls do not add up) that the next wait consumes at once. */
+ * repeated calls do not add up) that the next wait consumes at once. NULL is
+ * a no-op. */
 void rt_notify_one(rt_notify *n);
 
 /* Wakes every waiter whose rt_notified was initialised before this call,
  * polled yet or not, so "init the wait, check the condition, await" never
- * misses a notification. Stores no permit. */
+ * misses a notification. Stores no permit. NULL is a no-op. */
 void rt_notify_all(rt_notify *n);
 
 /* One wait for a notification. Fields are private. */
@@ -186,16 +193,18 @@ typedef struct rt_notified {
 } rt_notified;
 
 /* Prepares a wait on n; from here on an rt_notify_all wakes it. Errors:
- * -EINVAL (NULL). */
+ * -EINVAL (op or n NULL). */
 int rt_notified_init(rt_notified *op, rt_notify *n);
 
 /* RT_READY once notified (by notify_one, a stored permit, or a notify_all
- * since the init), else RT_PENDING (waker stored). */
+ * since the init), else RT_PENDING (waker stored). op NULL: RT_READY, as for
+ * a finished wait (no permit is consumed). cx NULL: RT_PENDING with nothing
+ * done (op is left as it was). */
 rt_poll rt_notified_poll(rt_notified *op, rt_context *cx);
 
 /* Abandons the wait. A notify_one that chose this waiter but was not
  * collected by a poll is passed on to the next waiter (or kept as the
- * permit), so it is never lost. Idempotent. */
+ * permit), so it is never lost. Idempotent; NULL is a no-op. */
 void rt_notified_drop(rt_notified *op);
 
 #ifdef __cplusplus

@@ -4,8 +4,9 @@
  * runtime until its poll function returns RT_READY. Spawning may return a join
  * handle (rt_task *): a counted reference through which the result is read,
  * the task aborted, or interest given up. Every handle must end in exactly one
- * of rt_task_join returning RT_READY, rt_task_wait returning other than
- * -ETIMEDOUT/-EDEADLK, or rt_task_detach; each of those releases it.
+ * of rt_task_join returning RT_READY with a status other than -EINVAL,
+ * rt_task_wait returning 0 or -ECANCELED, or rt_task_detach; each of those
+ * releases it. A spawn that fails writes NULL to its handle.
  *
  * A task's result is a `void *`. The runtime never frees it: when nobody joins
  * a task, a result that owns memory is leaked, so detached tasks should return
@@ -36,9 +37,9 @@ typedef struct rt_task rt_task;
  *   RT_READY, or when the task is aborted or the runtime shuts down. May be NULL.
  * handle: when not NULL, receives a join handle the caller owns; when NULL the
  *   task is detached from the start.
- * The new task runs soon on some worker. Spawning from a worker pushes onto
- * that worker's deque (the next task it runs), from anywhere else onto the
- * injector.
+ * The new task runs soon on some worker. Spawning from a worker puts it in
+ * that worker's LIFO slot (the next task it runs; the task it displaces
+ * moves to the worker's deque), from anywhere else onto the injector.
  * Errors: -EINVAL (poll NULL, state NULL with size > 0, rt NULL outside a
  * task, size absurdly large), -ENOMEM, -ESHUTDOWN (the runtime is shutting
  * down or shut down). On any error nothing stays allocated, drop is not
@@ -55,7 +56,8 @@ int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state
  * *value holds the result (NULL when cancelled) and *status holds 0, or
  * -ECANCELED when the task was aborted or the runtime shut down before it
  * finished. value and status may be NULL. When it returns RT_READY the task's
- * drop function has already run.
+ * drop function has already run. task or cx NULL: RT_READY with *value NULL
+ * and *status -EINVAL, and a handle passed in is not released.
  * Abort safety: if the joining task is itself aborted while waiting, its drop
  * function must call rt_task_detach (or rt_task_abort then rt_task_detach) on
  * the handle; the joined task keeps running and nothing else is lost.
@@ -87,12 +89,12 @@ void rt_task_detach(rt_task *task);
  * nothing would ever wake it) and its joiner gets -ECANCELED. A task that
  * finishes during the poll in progress keeps its result. Aborting a finished
  * task does nothing. The handle stays valid and must still be joined, waited
- * on or detached. Any thread, any number of times. */
+ * on or detached. NULL is a no-op. Any thread, any number of times. */
 void rt_task_abort(rt_task *task);
 
 /* True once the task has finished (completed, aborted or cancelled at
  * shutdown): its drop function has run and a subsequent join returns
- * RT_READY without waiting. Any thread. */
+ * RT_READY without waiting. False for NULL. Any thread. */
 bool rt_task_is_finished(const rt_task *task);
 
 /* Gives the other runnable tasks of this worker a turn: wakes the current task
@@ -100,7 +102,7 @@ bool rt_task_is_finished(const rt_task *task);
  * and the task is polled again after every task that was already runnable on
  * its worker (tasks that go on waking each other meanwhile get at most three
  * polls in a row ahead of it). In a coroutine use RT_YIELD. From a poll
- * function only. */
+ * function only. cx NULL: nothing is woken, and it still returns RT_PENDING. */
 rt_poll rt_yield(rt_context *cx);
 
 /* ---- Spawn options: names and local (pinned) tasks ------------------------ */
@@ -127,7 +129,8 @@ typedef struct rt_spawn_options {
 /* Longest task name kept (longer names are cut). */
 #define RT_TASK_NAME_MAX 63
 
-/* Fills *opts with the defaults: no name, any worker. Any thread. */
+/* Fills *opts with the defaults: no name, any worker. opts NULL: nothing is
+ * done. Any thread. */
 void rt_spawn_options_init(rt_spawn_options *opts);
 
 /* rt_spawn with options (opts NULL: the defaults, exactly rt_spawn).
@@ -138,7 +141,8 @@ int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, r
                 const void *state, size_t size, rt_task **handle);
 
 /* Convenience: spawn a local task pinned to the calling worker (only from a
- * task of rt, or of rt_current() when rt is NULL). */
+ * task of rt, or of rt_current() when rt is NULL). Arguments and errors as
+ * rt_spawn_ex. */
 int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                    rt_task **handle);
 
@@ -147,13 +151,13 @@ int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void 
  * Every task (blocking jobs included) gets an id at spawn, unique in the
  * process for its lifetime (a 64-bit counter: ids are never reused), never 0. */
 
-/* The id of the task behind a join handle. Any thread, while the handle is
- * owned. */
+/* The id of the task behind a join handle (0 for NULL). Any thread, while the
+ * handle is owned. */
 uint64_t rt_task_id(const rt_task *task);
 
-/* The name given at spawn, or NULL. The string lives as long as the task's
- * memory (until the handle is released). Any thread, while the handle is
- * owned. */
+/* The name given at spawn, or NULL (also for task NULL). The string lives as
+ * long as the task's memory (until the handle is released). Any thread, while
+ * the handle is owned. */
 const char *rt_task_name(const rt_task *task);
 
 /* The id of the task whose poll (or drop) the calling thread is running on
@@ -177,7 +181,7 @@ int rt_current_worker(void);
  * been woken by reference, and the caller must return RT_PENDING without
  * doing the operation, so that nothing is consumed. Outside a worker's poll
  * (a future polled by hand on a foreign thread) and with rt_config.budget 0
- * it always returns true. */
+ * it always returns true; for cx NULL too (no budget is then spent). */
 bool rt_coop_proceed(rt_context *cx);
 
 /* ---- Blocking pool ---------------------------------------------------------*/
@@ -202,7 +206,9 @@ typedef void *(*rt_blocking_fn)(void *arg);
  * Any thread. */
 int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt_task **handle);
 
-/* Convenience: spawn with the size of the state object taken from its type. */
+/* Convenience: spawn with the size of the state object taken from its type.
+ * state_ptr must be a typed pointer (the NULL constant does not compile);
+ * a NULL one gives -EINVAL, as for rt_spawn with size > 0. */
 #define RT_SPAWN(rt, poll, drop, state_ptr, handle)                                                \
     rt_spawn((rt), (poll), (drop), (state_ptr), sizeof(*(state_ptr)), (handle))
 
