@@ -1,4 +1,4 @@
-/* asyncrt-bench: the workloads of bench-workloads.md, run on asyncrt.
+/* asyncrt-bench: the benchmark workloads (docs/benchmarks.md), run on asyncrt.
  *
  * One runtime is created once (rt_runtime_new) with W workers and every
  * workload runs on it: 1 warm-up repetition, then R measured ones. Each
@@ -61,7 +61,7 @@
 /* Parameters and small helpers                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Workload sizes; the defaults are the spec's reference values. */
+/* Workload sizes; the defaults are the workloads' reference sizes. */
 struct params {
     uint64_t spawn_n;        /* spawn_local / spawn_remote: N tasks */
     uint64_t yield_tasks;    /* yield_many: T tasks */
@@ -1239,7 +1239,7 @@ static uint64_t ops_ping_pong(const struct params *p)
     return p->pairs * p->rounds;
 }
 
-/* In the spec's order, which is also the order they run in. */
+/* In their documented order, which is also the order they run in. */
 static const struct workload WORKLOADS[] = {
     {"spawn_local", run_spawn_local, ops_spawn},
     {"spawn_remote", run_spawn_remote, ops_spawn},

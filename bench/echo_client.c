@@ -1,5 +1,5 @@
 /* asyncrt-echo-client: the load generator of the tcp_echo workload
- * (bench-workloads.md), a plain C program that knows nothing of asyncrt.
+ * (docs/benchmarks.md), a plain C program that knows nothing of asyncrt.
  *
  *   asyncrt-echo-client HOST PORT CONNS MSGS SIZE [THREADS]
  *

@@ -24,11 +24,10 @@
  * but the first go back to the kernel with MADV_DONTNEED) and reused before
  * a new one is carved. Unmapping single slabs would split the region's
  * mapping, and a fragmented heap could then reach the kernel's limit on
- * mappings (vm.max_map_count, 65,530 by default). Slabs from aligned_alloc,
- * freed to glibc when released, made a million sleeping tasks take 55%
- * longer to spawn: glibc trimmed the threads' heaps and unmapped memory
- * after every few slabs, and each unmap interrupted the other CPU to flush
- * its TLB. */
+ * mappings (vm.max_map_count, 65,530 by default). Nor do slabs come from
+ * aligned_alloc: freed to glibc, they make it trim the threads' heaps and
+ * unmap memory after every few slabs, and each unmap interrupts the other
+ * CPUs to flush their TLBs (docs/design.md, "Tried and rejected"). */
 #define REGION_SIZE (2u << 20)
 
 /* The header, in a slab's first block, which stays resident while the slab
@@ -322,7 +321,7 @@ static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
 static void register_fork_handlers(void)
 {
     /* Fails only without memory; then a fork at the wrong instant can hang
-     * the child, as before the handlers existed. */
+     * the child (its copy of the mutex stays locked). */
     (void)pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 

@@ -4,8 +4,9 @@
  * One turn:
  *   1. free the registrations of descriptors closed before this turn began:
  *      any event naming one came from an epoll_wait that returned before the
- *      close, and was processed in an earlier turn (Tokio's scheme; the brief
- *      forbids freeing a registration the reactor may still hold);
+ *      close, and was processed in an earlier turn (Tokio's scheme: a
+ *      registration is never freed while the reactor may still hold an
+ *      event naming it);
  *   2. take the timer commands (armed or cancelled timers), at most
  *      RT_REACTOR_COMMAND_BUDGET of them, so a backlog cannot hold back the
  *      timers already due: the rest are taken next turn, without sleeping;
@@ -253,10 +254,10 @@ enum commands_left {
     COMMANDS_BLOCKED, /* a producer is between its exchange and its link store */
 };
 
-/* Commands filed per turn at most. A reactor that waited for a CPU finds
- * tens of thousands queued (22,352 in one traced run of the timers
- * benchmark): filing them all first, at about 100 ns each, held back the
- * timers already due by 2.3 ms. Between two budgets the turn fires those. */
+/* Commands filed per turn at most. A reactor that waited for a CPU may find
+ * tens of thousands queued: filing them all first, at about 100 ns each,
+ * would hold back the timers already due by milliseconds. Between two
+ * budgets the turn fires those. */
 #define RT_REACTOR_COMMAND_BUDGET 1024
 
 static enum commands_left take_commands(rt__reactor *r)
@@ -285,10 +286,9 @@ static enum commands_left take_commands(rt__reactor *r)
  * caught between its exchange and its link store ("would block").
  *
  * That producer is a runnable thread, usually preempted, and may be waiting
- * for this very CPU. Polling epoll with a zero timeout kept it off the CPU:
- * in one traced run of the timers benchmark the reactor spun so for 4.9 ms
- * while 22,352 commands piled up behind the unfinished one and no timer
- * fired. It cannot sleep until the next deadline either: the producer may
+ * for this very CPU. Polling epoll with a zero timeout would keep it off the
+ * CPU while commands pile up behind the unfinished one and no timer fires.
+ * It cannot sleep until the next deadline either: the producer may
  * have read `sleeping_until_tick` before our store below and decided not to
  * kick (its link store may still sit in its store buffer when it reads). A
  * short sleep gives the CPU away and bounds that delay. */
@@ -341,12 +341,12 @@ static int reactor_wait(int epfd, struct epoll_event *events, int max_events,
 }
 
 /* Takes a kick: reads the eventfd's counter, then lets kicks through again.
- * The other order lost wake-ups: a kicker that had read
+ * The other order would lose wake-ups: a kicker that had read
  * `sleeping_until_tick` while we slept could set kick_pending between our
- * clear and our read and write the eventfd; the read then consumed its
- * write, so the edge it raised was reported with nothing to read (and
- * dropped), and kick_pending stayed 1 with no kick on its way: every later
- * kick was skipped, and the reactor slept for good with commands queued.
+ * clear and our read and write the eventfd; the read would consume its
+ * write, so the edge it raised would be reported with nothing to read (and
+ * dropped), and kick_pending would stay 1 with no kick on its way: every
+ * later kick skipped, and the reactor asleep for good with commands queued.
  * The clear is a seq_cst store: a kicker whose exchange saw 1 (and so
  * skipped its write) enqueued its command before that exchange, and the
  * command is visible to the loads that follow (the next take_commands and
@@ -365,10 +365,10 @@ static void take_kick(rt__reactor *r)
  * Waiting in epoll, the reactor is woken by the first event that arrives,
  * one wake per few events when the runtime serves many busy connections.
  * On a machine with fewer cores than busy threads each wake takes a CPU from
- * a worker (or from the peer's threads on the same machine): in tcp_echo on
- * two cores the reactor woke 67,000 times per 640,000 round trips, 7.7
- * events each, and spent 1.6 s of CPU doing so. Tokio has no such thread:
- * its workers poll epoll themselves, when idle or every 61 polls.
+ * a worker (or from the peer's threads on the same machine), and a busy
+ * echo server wakes its reactor once per handful of events. Tokio has no
+ * such thread: its workers poll epoll themselves, when idle or every 61
+ * polls.
  *
  * So after a turn that collected 2 or more descriptor events while every
  * worker is busy, the reactor naps instead: it waits on `napfd`, an epoll
@@ -385,17 +385,17 @@ static void take_kick(rt__reactor *r)
  *
  * A nap that runs to its end found every worker busy all along, with work
  * that is not the events: CPU-bound tasks that never let a worker park. The
- * events then only waited. Beside 4 tasks that poll 50 us at a time, with 4
- * echo connections (asyncrt-bench --only tcp_echo --tcp-busy 4 --tcp-conns 4
- * --tcp-msgs 2000), 500 us naps made round trips take p50 604 us and 161 us
- * of wall time each, against p50 102-160 us and 80-83 us with naps off. So
+ * events then only waited: beside 4 tasks that poll 50 us at a time, full
+ * 500 us naps made echo round trips several times slower (p50 about 600 us
+ * against 100-160 us with naps off). So
  * each nap that runs to its end halves the next one, down to
  * RT_REACTOR_NAP_FLOOR_NS, and a nap a parking worker ends restores the full
  * rt_config.reactor_nap_ns (`nap_ended_by_park`, a relaxed hint: a stale
  * one only restores the length early). A nap cut short by a timer kick,
  * by shutdown or by the next deadline leaves the length as it was: it says
- * nothing about the workers. In tcp_echo nearly every nap is ended by a
- * parking worker, so the full length stays.
+ * nothing about the workers. In an echo server nearly every nap is ended by
+ * a parking worker, so the full length stays.
+ * docs/internals.md, "Reactor naps", has the protocol in one place.
  *
  * State of `napping`:
  *
@@ -504,13 +504,10 @@ static const char *woke_window(const rt__reactor *r)
 }
 #endif
 
-/* The reactor runs under the default policy, SCHED_OTHER. SCHED_BATCH was
- * tried: an event then no longer made it preempt a busy worker, and the
- * echo benchmark, whose workers park often, ran 6-17% faster on two cores.
- * But with the workers busy on CPU-bound tasks (four tasks spinning 50 us
- * per poll beside 4 echo connections) the reactor waited for the end of a
- * time slice before every batch: round trips took p50 3 ms instead of
- * 10 us. */
+/* The reactor runs under the default policy, SCHED_OTHER, so that an event
+ * lets it preempt a busy worker: under SCHED_BATCH it would wait for the end
+ * of a time slice before every batch while the workers run CPU-bound tasks
+ * (docs/design.md, "Tried and rejected"). */
 static void *reactor_main(void *arg)
 {
     rt_runtime *rt = arg;
@@ -580,11 +577,10 @@ static void *reactor_main(void *arg)
         rt__store_relaxed_u64(&r->io_events, r->io_events + io_events);
         if (io_events >= RT_REACTOR_NAP_MIN_EVENTS && left_over == COMMANDS_NONE)
             napped = nap(r, rt);
-        /* No yield here before the next epoll_wait. One was tried: it cut
-         * the reactor's sleeps (tcp_echo: 0.12 -> 0.002 per round trip),
-         * but the reactor then stayed runnable and was scheduled against the
-         * workers, which were preempted two to four times as often; the
-         * echo benchmark ran 7-12% faster without it (eighth session). */
+        /* No yield here before the next epoll_wait: a reactor that stays
+         * runnable is scheduled against the workers and preempts them more
+         * often than its saved sleeps are worth (docs/design.md, "Tried and
+         * rejected"). */
     }
     rt__tls_reactor_cache = NULL;
     rt__block_cache_clear(&r->cache);

@@ -5,8 +5,9 @@
  * it, the timer wheel, a command queue of timers that workers armed or
  * cancelled, and a list of closed descriptors' registrations waiting to be
  * freed. Wakes gathered during one turn are flushed together: the runtime's
- * own tasks go onto the injector in one splice, with min(woken, parked)
- * workers unparked. */
+ * own tasks go onto its wakes queue (an injector that workers take from
+ * before the main one) in one splice, with min(woken, parked) workers
+ * unparked. */
 #ifndef RT_SRC_REACTOR_H
 #define RT_SRC_REACTOR_H
 
@@ -104,11 +105,10 @@ void rt__reactor_end_nap(rt__reactor *r);
  * before `now_ns` (rt_now_ns()) and has not run since: then it is waiting
  * for a CPU, and a worker that sees this yields its own (scheduler.c).
  *
- * On two cores with both workers busy, traces of the timers benchmark showed
- * the reactor asking to sleep 50 us and running again 2-5 ms later, while
- * every timer due meanwhile waited with it: those waits were the lateness
- * p99. A hint read without ordering: a stale value costs one needless yield
- * or one missed. */
+ * On a machine with fewer cores than busy threads, a reactor that asked to
+ * sleep 50 us may run again only milliseconds later, and every timer due
+ * meanwhile waits with it. A hint read without ordering: a stale value
+ * costs one needless yield or one missed. */
 #define RT__REACTOR_OVERDUE_NS 500000
 bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns);
 /* Queues a timer command (timer_internal.h), handing the reactor one
@@ -130,7 +130,7 @@ bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick
  * the poll in progress and the whole next one (the age check may reuse a
  * clock reading taken early in a poll), and only commands due no sooner than
  * RT__TIMER_BATCH_SLACK_NS wait at all, so batching makes no timer late
- * while polls take under 1.25 ms (2.5 ms before the reuse). */
+ * while polls take under 1.25 ms. */
 #define RT__TIMER_BATCH 64
 #define RT__TIMER_BATCH_WAIT_NS 500000
 #define RT__TIMER_BATCH_SLACK_NS 3000000

@@ -48,8 +48,9 @@ int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_c
      * the inserts since the previous one. And every RT_REGISTRY_MIN_CAP
      * inserts, sweep early if the runtime has finished at least half as many
      * tasks as are registered here since the last sweep: after a burst, the
-     * burst's blocks then come back before the next burst asks malloc for
-     * new ones (profiled: sysmalloc and page faults otherwise). */
+     * burst's blocks then come back before the next burst asks for new
+     * memory (otherwise every burst costs sysmalloc calls and page
+     * faults). */
     bool sweep = r->len >= r->sweep_at;
     if (!sweep && r->len % RT_REGISTRY_MIN_CAP == 0 && r->len > 0)
         sweep = finished_so_far(rt) - r->finished_at_sweep >= r->len / 2;

@@ -25,7 +25,8 @@
 
 /* ---- Task ------------------------------------------------------------------
  *
- * The task state word: six flag bits and a reference count above them.
+ * The task state word: eight flag bits and a reference count above them
+ * (docs/internals.md, "Task state word and reference count").
  *
  *   bit 0 RUNNING        a worker (or shutdown) owns the future right now
  *   bit 1 COMPLETE       the future is gone: its result or -ECANCELED is final

@@ -16,6 +16,8 @@
  *   5. a batch from the injector;
  *   6. searching: steal one task from random victims, spin_rounds times;
  *   7. park.
+ * Local (pinned) tasks are taken right after the injector in step 1 and
+ * right after the own deque in step 3 (pop_pinned).
  * Fairness therefore has three bounds: a yielded task runs after everything
  * runnable on its worker, and tasks that keep waking each other through the
  * LIFO slot get at most RT__LIFO_STREAK_MAX polls in a row ahead of it; a
@@ -39,7 +41,8 @@
  * exchange inside cds_wfcq_enqueue (a full barrier). A task scheduled into
  * the LIFO slot needs no announcement: its worker is awake and runs it next.
  * The parker's re-check looks at the injector's tail, which a producer moves
- * with its exchange, so no worker parks while a node is half-enqueued. */
+ * with its exchange, so no worker parks while a node is half-enqueued.
+ * docs/internals.md, "Idle coordination", lists every pair. */
 #include <assert.h>
 #include <errno.h>
 #include <sched.h>
@@ -501,9 +504,8 @@ static rt_task *steal_from_others(rt__worker *w)
  * look, before anything else but the check look itself (rescue_end).
  * A watch ends when none of its tasks is left; a task pushed just after a
  * watch began is covered by the next one, so it waits at most about twice
- * RT__STARVATION_NS, plus a check interval. Taking one task per
- * RT__STARVATION_NS, as before, let the hundredth buried task wait a
- * second. */
+ * RT__STARVATION_NS, plus a check interval. Taking only one task per
+ * RT__STARVATION_NS would let the hundredth buried task wait a second. */
 static void watch_for_starving_top(rt__worker *w, int64_t now)
 {
     uint64_t top = rt__load_relaxed_u64(&w->deque.top);
@@ -632,8 +634,8 @@ static rt_task *pop_pinned(rt__worker *w)
  *
  * A busy worker looks at the injector (where the reactor's wakes go) every
  * check_interval looks for work. A fixed count is a fixed wait only while
- * polls are short: at 61 polls of 1 ms, a task woken by the reactor waited
- * 49 ms behind a busy task on its worker (test_timer,
+ * polls are short: at 61 polls of 1 ms, a task woken by the reactor could
+ * wait 61 ms behind a busy task on its worker (test_timer,
  * sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls). So the
  * count follows the measured time per poll, aiming at RT__INJECTOR_CHECK_NS
  * between looks, from 2 (1 if so configured) up to
@@ -772,10 +774,8 @@ void *rt__worker_main(void *arg)
             uint64_t readings = rt__tls_clock.count;
             rt__task_run(w, t);
             /* The batch's age is checked after every poll while a batch
-             * waits. Checking every 8 polls saved 2-3 ms of the timers
-             * benchmark, but let a batched sleep wait 0.5 ms plus 8 polls:
-             * beside a task polling 1 ms at a time, 3.5 ms sleeps were late
-             * by 1.7 ms on average instead of 0.23 ms. A poll that read the
+             * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
+             * about two polls at most (reactor.h). A poll that read the
              * clock (every sleep arming itself does) lends its reading, at
              * most that poll old; only a poll that did not costs a reading. */
             if (w->timer_batch_len > 0) {

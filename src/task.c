@@ -114,8 +114,6 @@ static void task_waker_drop(const void *data)
     rt__task_unref((rt_task *)data, 1);
 }
 
-/* Wake by value: the waker's reference becomes the run queue's when the task
- * was idle, and is dropped otherwise. */
 /* True (and noted) when `t` is the task this thread is polling: its wake is
  * then a yield, handled by the worker after the poll without atomics. */
 static inline bool self_wake(rt_task *t)
@@ -128,9 +126,6 @@ static inline bool self_wake(rt_task *t)
     return false;
 }
 
-/* The state transition of a wake by value: returns true when the task was
- * idle and is now NOTIFIED, the waker's reference becoming the run queue's
- * (the caller schedules it); otherwise the reference has been dealt with. */
 /* Whether a task scheduled by the calling thread may be queued already
  * claimed (RUNNING, see runtime.h): only by a worker of its runtime, which
  * puts it on its own queues. The reactor and foreign threads queue
@@ -141,6 +136,11 @@ static inline bool may_preclaim(rt_task *t)
     return w != NULL && w->rt == t->rt;
 }
 
+/* The state transition of a wake by value: returns true when the task was
+ * idle and is now marked for a run queue (NOTIFIED, or RUNNING when
+ * `preclaim`: queued already claimed), the waker's reference becoming the
+ * run queue's (the caller schedules it); otherwise the reference has been
+ * dealt with. */
 static bool task_wake_transition(rt_task *t, bool preclaim)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
@@ -166,6 +166,8 @@ static bool task_wake_transition(rt_task *t, bool preclaim)
     }
 }
 
+/* Wake by value: the waker's reference becomes the run queue's when the task
+ * was idle, and is dropped otherwise. */
 static void task_waker_wake(const void *data)
 {
     rt_task *t = (rt_task *)data;

@@ -30,9 +30,9 @@ RT_EXPORT int64_t rt_now_ns(void)
  * thread's block cache, like a task's, and elsewhere straight from and to
  * the block pool. Every sleep allocates
  * one and frees it when it ends, and malloc's fast bins overflow when 100,000
- * sleeps are armed before any ends (callgrind counted 490 of about 2,200
- * instructions per sleeping task in that malloc and free). Every timer block
- * is a task block, so any of them may go to any cache.
+ * sleeps are armed before any ends (malloc and free then cost about a fifth
+ * of a sleeping task's instructions). Every timer block is a task block, so
+ * any of them may go to any cache.
  *
  * Pool blocks are aligned to their size, so the timer is the block's second
  * line, and the block is found again by subtracting a line. */

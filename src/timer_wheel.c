@@ -115,8 +115,7 @@ static bool slot_is_empty(const rt__timer_wheel *wheel, unsigned slot)
  * the level whose digit holds the highest bit in which they differ. Filing
  * level 0 by digit as well would send a deadline just past the next multiple
  * of 512 ticks to level 1 however near it is, and every 128 ms the reactor
- * would move all of those down at once (measured: 15% of the timers
- * benchmark's sleeps were re-filed that way). Deadlines that differ above the
+ * would move all of those down at once. Deadlines that differ above the
  * top digit, i.e. outside the wheel's current span, are clamped into the
  * last level. */
 static unsigned level_for(uint64_t now, uint64_t deadline)

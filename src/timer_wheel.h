@@ -22,15 +22,13 @@
  * Why not Tokio's 6 levels of 64 slots at 1 ms: a 1 ms slot rounds every
  * deadline up to the next millisecond, so a sleep wakes on average 0.5 ms and
  * up to 1 ms late before any other delay. 250 us ticks cut that to 125 us on
- * average (measured: median lateness of 30,000 sleeps 0.73 -> 0.35 ms). The
+ * average (the median lateness of 30,000 concurrent sleeps halves). The
  * price is up to four reactor wake-ups per millisecond while timers are
  * dense, each of which may unpark workers: about 10-20% more CPU in the
- * timers benchmark. 125 us halved the lateness again for 30% more CPU,
- * which we judged too dear. Plain 64-slot levels at 250 us would put every
- * sleep between 16 and 128 ms at level 1, and each level-1 slot reached
- * would move 16 ms worth of timers down at once (in the timers benchmark,
- * 32,000 entries: a burst of the reactor of milliseconds during which
- * nothing fires). A 512-slot first level, filed as a ring rather than by
+ * timers benchmark. Plain 64-slot levels at 250 us would put every sleep
+ * between 16 and 128 ms at level 1, and each level-1 slot reached would move
+ * 16 ms worth of timers down at once: a burst of the reactor during which
+ * nothing fires. A 512-slot first level, filed as a ring rather than by
  * digit, keeps every timer under 128 ms out of the cascades, for eight 64-bit
  * words of occupancy bitmap instead of one. (Tokio files its first level by
  * digit, so a 10 ms sleep that crosses a multiple of 64 ms cascades once.)
@@ -63,7 +61,7 @@
  *
  * Threads. A wheel and its entries belong to ONE thread, the reactor's: there
  * are no atomics and no locks here. Other threads hand timers to that thread
- * through a queue (architecture.md, "Timers").
+ * through a queue (docs/design.md, "Timers").
  *
  * The wheel holds pointers into itself (its list heads are circular), so it
  * must not be moved or copied after rt__timer_wheel_init(). The wheel's time
@@ -90,10 +88,9 @@
  * misses of walking them overlap: the entries of a slot were filed
  * milliseconds apart, their lines have mostly left the cache, and a single
  * list can only be walked one miss after the other (the address of the next
- * entry is in the line being waited for). Measured in the timers benchmark
- * (100,000 sleeps, 2 workers, a build timing the reactor's phases): firing
- * took 172-197 ns per timer with one list per slot, 101-111 ns with 4 and
- * 95-147 ns with 8. */
+ * entry is in the line being waited for). In the timers benchmark (100,000
+ * sleeps, 2 workers) firing took 172-197 ns per timer with one list per
+ * slot, 101-111 ns with 4 and 95-147 ns with 8. */
 #define RT__TIMER_CHAINS 4
 /* The span of the whole wheel, 2^39 ticks: deadlines further than this from
  * the current top-level digit are clamped into the last level. */

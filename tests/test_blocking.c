@@ -736,7 +736,7 @@ Test(blocking, coop_proceed_is_always_true_in_a_blocking_job)
     finish_runtime(rt, 0);
 }
 
-/* ---- found by review ---------------------------------------------------------- */
+/* ---- corner cases ------------------------------------------------------------- */
 
 Test(blocking, an_aborted_queued_job_completes_at_once_while_every_thread_is_busy)
 {

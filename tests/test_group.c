@@ -1284,7 +1284,7 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
     cr_assert_eq(atomic_load(&dlog.bad), 0);
 }
 
-/* ---- found by review ---------------------------------------------------------- */
+/* ---- corner cases ------------------------------------------------------------- */
 
 #define RACE_N 3000
 

@@ -660,8 +660,7 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
  * starting threads after a fork of a multi-threaded process, and GCC 12's
  * AddressSanitizer allocator takes no lock around fork: a child forked while
  * a parent thread refills its malloc cache inherits that size class's mutex
- * locked. gdb on a hung child (2026-12-01, 7 of 8 runs on that day's
- * machine) showed its worker and reactor both waiting on ASan's
+ * locked: a hung child's worker and reactor both wait on ASan's
  * SizeClassAllocator64 region mutex inside calloc, with no asyncrt lock
  * held. The plain build runs it; glibc's malloc is fork-safe. */
 #if !defined(TEST_HAVE_TSAN) && !defined(TEST_HAVE_LSAN)

@@ -2012,7 +2012,7 @@ Test(sync, shutdown_with_tasks_waiting_on_every_primitive_releases_everything)
     rt_notify_destroy(&n);
 }
 
-/* ---- found by review ---------------------------------------------------------- */
+/* ---- corner cases ------------------------------------------------------------- */
 
 Test(sync, permits_granted_but_not_collected_count_toward_the_maximum)
 {

@@ -452,9 +452,9 @@ static void batched_sleeper_drop(void *state)
  * - the batch reaches the reactor after about half a millisecond: the age
  *   check after the busy task's polls, which read no clock through the
  *   runtime, takes a reading of its own. Without the check the first sleep
- *   ended 290 ms late;
+ *   would wait in the batch until the busy task ends;
  * - the woken sleeper is taken from the injector within about 200 us of
- *   polling, not after a fixed 61 polls: with the fixed count it ended 49 ms
+ *   polling, not after a fixed 61 polls, which would make it up to 61 ms
  *   late.
  * With both it ends about 1 ms late (one busy poll); the bound leaves room
  * for a loaded machine. */
@@ -1060,7 +1060,8 @@ Test(timer, timeout_expiring_around_a_long_inner_sleep_leaves_the_inner_to_the_c
                  (long long)(took / MS));
 }
 
-/* The brief's case: a sleep inside a timeout inside a task that is aborted. */
+/* A sleep inside a timeout inside a task that is aborted: both timers are
+ * cancelled and the task is dropped at once. */
 static struct event timeout_case_pending = EVENT_INIT;
 
 static rt_poll announcing_timeout_case_poll(void *state, rt_context *cx, void **out)
