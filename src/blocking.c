@@ -210,7 +210,7 @@ RT_EXPORT int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt
         rt__task_discard_job(t);
         return err == -EAGAIN || err == -ENOMEM ? -EAGAIN : err;
     }
-    __atomic_store_n(&p->jobs, p->jobs + 1, __ATOMIC_RELAXED);
+    rt__store_relaxed_u64(&p->jobs, p->jobs + 1);
     pthread_mutex_unlock(&p->lock);
     if (handle != NULL)
         *handle = t;

@@ -25,6 +25,7 @@
 #include <asyncrt/group.h>
 
 #include "fault.h"
+#include "atomic.h"
 #include "common.h"
 #include "runtime.h"
 #include "waitq.h"
@@ -159,7 +160,7 @@ static rt_poll group_child_poll(void *state, rt_context *cx, void **out)
         c->rec->waker = rt_waker_clone(rt_context_waker(cx));
         rt__waitq_unlock(&c->group->lock);
     }
-    if (__atomic_load_n(&c->rec->cancelled, __ATOMIC_ACQUIRE)) {
+    if (rt__load_acquire_u32(&c->rec->cancelled)) {
         /* Cancelled before this poll could see a waker to abort: abort
          * ourselves, so the worker drops us right after this poll exactly
          * as for rt_task_abort (and counts the task cancelled). */
@@ -274,9 +275,9 @@ RT_EXPORT size_t rt_group_len(rt_group *g)
 static void cancel_locked(rt_group *g)
 {
     for (struct child_record *r = g->running_head; r != NULL; r = r->next) {
-        if (__atomic_load_n(&r->cancelled, __ATOMIC_RELAXED))
+        if (rt__load_relaxed_u32(&r->cancelled))
             continue;
-        __atomic_store_n(&r->cancelled, 1, __ATOMIC_RELEASE);
+        rt__store_release_u32(&r->cancelled, 1);
         /* The stored waker is a reference to the child's task, which is
          * all rt_task_abort needs. Not polled yet: its first poll sees the
          * flag and aborts itself. */

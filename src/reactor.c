@@ -51,7 +51,7 @@ __thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initia
 
 /* Set once by the first ENOSYS from epoll_pwait2 (see reactor_wait); read
  * relaxed: it only ever goes from 0 to 1. */
-static int no_pwait2;
+static uint32_t no_pwait2;
 
 uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns)
 {
@@ -160,7 +160,7 @@ bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns)
     int64_t wake_ns = r->epoch_ns + (int64_t)(until * RT__TIMER_TICK_NS);
     /* Without epoll_pwait2 the timeout is rounded up to a whole
      * millisecond, so the reactor may rightly sleep that much longer. */
-    int64_t allowance = __atomic_load_n(&no_pwait2, __ATOMIC_RELAXED) ? 1000000 : 0;
+    int64_t allowance = rt__load_relaxed_u32(&no_pwait2) ? 1000000 : 0;
     return now_ns - wake_ns >= RT__REACTOR_OVERDUE_NS + allowance;
 }
 
@@ -326,11 +326,11 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts, enum commands_left l
 static int reactor_wait(int epfd, struct epoll_event *events, int max_events,
                         const struct timespec *ts)
 {
-    if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
+    if (!rt__load_relaxed_u32(&no_pwait2)) {
         int n = epoll_pwait2(epfd, events, max_events, ts, NULL);
         if (n >= 0 || errno != ENOSYS)
             return n;
-        __atomic_store_n(&no_pwait2, 1, __ATOMIC_RELAXED);
+        rt__store_relaxed_u32(&no_pwait2, 1);
     }
     int timeout_ms = -1;
     if (ts != NULL) {

@@ -12,6 +12,7 @@
 #include <asyncrt/sync.h>
 #include <asyncrt/task.h>
 
+#include "atomic.h"
 #include "common.h"
 #include "runtime.h"
 #include "waitq.h"
@@ -315,7 +316,7 @@ RT_EXPORT void rt_notify_all(rt_notify *n)
      * generation at their next poll. The store is atomic because init reads
      * the generation without the lock; the lock orders everything else. */
     uint64_t gen = n->generation + 1;
-    __atomic_store_n(&n->generation, gen, __ATOMIC_RELEASE);
+    rt__store_release_u64(&n->generation, gen);
     /* Each queued node carries the generation its wait was initialised in
      * (node.want). Those queued before this call all precede, in FIFO
      * order, any queued after it (a wait initialised before but first
@@ -346,7 +347,7 @@ RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
     op->notify = n;
     /* Acquire pairs with rt_notify_all's release: a notify_all that
      * happened before this init is not counted against us. */
-    op->generation = __atomic_load_n(&n->generation, __ATOMIC_ACQUIRE);
+    op->generation = rt__load_acquire_u64(&n->generation);
     op->node.want = (size_t)op->generation;
     op->node.waker = rt__waker_noop();
     op->node.state = RT__WAIT_IDLE;
