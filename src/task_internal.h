@@ -1,0 +1,217 @@
+/* The task object: its header, its state word with every transition's
+ * ordering, and the functions that create, run, wake and free tasks
+ * (task.c). Knows no worker or runtime internals. Internal, not installed. */
+#ifndef RT_SRC_TASK_INTERNAL_H
+#define RT_SRC_TASK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <urcu/wfcqueue.h>
+
+#include <asyncrt/runtime.h>
+#include <asyncrt/task.h>
+
+#include "common.h"
+#include "atomic.h"
+#include "block_cache.h"
+#include "park.h"
+
+/* ---- Task ------------------------------------------------------------------
+ *
+ * The task state word: eight flag bits and a reference count above them
+ * (docs/internals.md, "Task state word and reference count").
+ *
+ *   bit 0 RUNNING        a worker (or shutdown) owns the future right now
+ *   bit 1 COMPLETE       the future is gone: its result or -ECANCELED is final
+ *   bit 2 NOTIFIED       the task is in a run queue, or must be requeued after
+ *                        the poll in progress; that queue entry owns 1 ref
+ *   bit 3 CANCELLED      abort was requested / the result is -ECANCELED
+ *   bit 4 JOIN_INTEREST  a join handle exists
+ *   bit 5 JOIN_WAKER     join_waker holds a waker the completer may use
+ *   bit 6 SMALL          the allocation is a cacheable small block (set at
+ *                        spawn, never changed)
+ *   bit 7 EXTENDED       an rt__task_ext precedes the header in the allocation
+ *                        (a name, a pinned worker; set at spawn, never changed)
+ *   bits 8..63           reference count (handles, wakers, queue entry, registry)
+ *
+ * A queued task is either NOTIFIED (the claim is the popping worker's
+ * fetch-add that swaps NOTIFIED for RUNNING) or queued already claimed:
+ * RUNNING, as if its poll had not ended, so the popping worker knows it owns
+ * it without a read-modify-write. Tasks are queued claimed when that is
+ * safe and saves an atomic on the hot path:
+ * - a new task (spawn sets RUNNING; no one else knows it yet);
+ * - a task woken by a worker of its runtime (the wake's CAS sets RUNNING
+ *   instead of NOTIFIED; the task goes on that worker's own queues);
+ * - a task that woke itself during its own poll (a yield), which the worker
+ *   notes in `current_notified` without touching the word at all.
+ * The reactor and foreign threads queue NOTIFIED tasks. While a claimed task
+ * is queued, external wakes and aborts behave as for a running one (they set
+ * NOTIFIED / CANCELLED); the popping worker honours CANCELLED before the poll
+ * and clears a NOTIFIED that came in the meantime, which that poll consumes.
+ *
+ * Lifecycle (flags only):
+ *
+ *   spawn ──────────────────► RUNNING (queued, claimed) ──pop──┐
+ *   wake by a worker (idle) ──►                                 │
+ *                                                               ▼
+ *   wake (idle) ──► NOTIFIED ──pop──► RUNNING ──RT_READY──────► COMPLETE
+ *   from reactor     ▲                 │  │                        ▲
+ *   or foreign       │                 │  └─wake during poll:      │
+ *                    │ requeue         │     +NOTIFIED, requeued   │
+ *                  idle ◄──RT_PENDING──┘     after the poll        │
+ *                    └── abort: +CANCELLED+NOTIFIED ──pop──► drop ─┘
+ *
+ * Every transition is one CAS or fetch-add on the word; each is a full barrier
+ * (acq_rel at least), which is what orders the data around it:
+ * - the worker writes `output` and runs `drop` before its CAS that sets
+ *   COMPLETE (release); a joiner's load that sees COMPLETE (acquire) then
+ *   reads `output`;
+ * - a joiner writes join_waker, then sets JOIN_WAKER by CAS (release); the
+ *   completer's CAS that sets COMPLETE reads JOIN_WAKER (acquire) and only
+ *   then reads join_waker;
+ * - whoever sets NOTIFIED on an idle task owns the push of the task onto a run
+ *   queue; the queue's own release/acquire hands the task to the worker.
+ * Ownership of join_waker: the handle side while JOIN_WAKER is clear and the
+ * task is not COMPLETE; the completer while JOIN_WAKER is set; after the
+ * completer clears JOIN_WAKER, the handle side again, or, if the handle is
+ * already gone, the completer, which drops it. */
+#define RT__TASK_RUNNING (1ull << 0)
+#define RT__TASK_COMPLETE (1ull << 1)
+#define RT__TASK_NOTIFIED (1ull << 2)
+#define RT__TASK_CANCELLED (1ull << 3)
+#define RT__TASK_JOIN_INTEREST (1ull << 4)
+#define RT__TASK_JOIN_WAKER (1ull << 5)
+#define RT__TASK_SMALL (1ull << 6)
+#define RT__TASK_EXTENDED (1ull << 7)
+#define RT__TASK_REF_SHIFT 8
+#define RT__TASK_REF_ONE (1ull << RT__TASK_REF_SHIFT)
+#define RT__TASK_FLAGS (RT__TASK_REF_ONE - 1)
+
+struct rt_task {
+    /* The state word above. */
+    uint64_t state;
+    /* The poll function until the task completes, then its result. The worker
+     * holding RUNNING is the only one touching it before COMPLETE. */
+    union {
+        rt_poll_fn poll;
+        void *output;
+    } u;
+    /* Releases the state; NULL when there is nothing to release. */
+    rt_drop_fn drop;
+    /* The runtime the task belongs to; never dereferenced once COMPLETE, so a
+     * task may outlive its runtime. */
+    rt_runtime *rt;
+    /* Who to wake when the task completes; see the ownership rules above. */
+    rt_waker join_waker;
+    /* Link in the injector or in the owner worker's deferred list. */
+    struct cds_wfcq_node node;
+    /* Unique in the process, never 0 (rt_task_id). */
+    uint64_t id;
+    /* The future's state follows, aligned for any type. */
+    _Alignas(16) unsigned char future_state[];
+};
+
+_Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
+               "the task header must fit in one cache line");
+
+/* What a task spawned with options keeps, just before its header in the
+ * same allocation (so the header stays one cache line for every task). */
+typedef struct rt__task_ext {
+    const char *name; /* a copy at the end of the allocation, or NULL */
+    int32_t pinned;   /* the worker index of a local task, -1, or
+                         RT__TASK_PINNED_JOB for a blocking job */
+    uint32_t unused;  /* keeps the header 16-byte aligned */
+} rt__task_ext;
+
+_Static_assert(sizeof(rt__task_ext) == 16, "the prefix keeps the header aligned");
+
+/* rt__task_ext.pinned of a blocking-pool job (which no worker runs). */
+#define RT__TASK_PINNED_JOB (-2)
+
+static inline rt__task_ext *rt__task_ext_of(rt_task *t)
+{
+    return (rt__task_ext *)((char *)t - sizeof(rt__task_ext));
+}
+
+/* The worker a local task is pinned to; -1 for an ordinary task, or
+ * RT__TASK_PINNED_JOB. The flags read are set before the task is published
+ * and never change, so a relaxed load suffices. */
+static inline int rt__task_pinned(rt_task *t)
+{
+    if (rt__likely(!(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED)))
+        return -1;
+    return rt__task_ext_of(t)->pinned;
+}
+
+/* The waker of a runtime task: data is the task. */
+extern const rt_waker_vtable rt__task_waker_vtable;
+
+/* Polls the task (which the caller popped from a run queue, with the queue's
+ * reference) on worker `w`. */
+struct rt__worker;
+void rt__task_run(struct rt__worker *w, rt_task *t);
+
+/* Tasks whose header and state fit this many bytes are allocated as blocks
+ * of exactly this size from a block cache (block_cache.h): spawning and
+ * freeing tasks is the hot path of every spawn-heavy program, and a private
+ * LIFO magazine of equal blocks beats malloc's bins there. */
+#define RT__TASK_SMALL_BLOCK 128
+_Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
+
+/* Frees the task's memory (the last reference is gone) into `cache` (NULL:
+ * straight to the block pool, or to malloc for a task that is no block). */
+void rt__task_recycle(rt__block_cache *cache, rt_task *t);
+
+/* Drops `n` references; frees the task when they were the last. */
+void rt__task_unref(rt_task *t, uint64_t n);
+
+/* Shutdown's cancellation of an unfinished task: runs its drop and completes
+ * it with -ECANCELED. Only after every worker has exited. */
+void rt__task_cancel_at_shutdown(rt_task *t);
+/* rt_task_wait with a thread waker the caller made (and still owns), so that
+ * rt_block_on can have everything it needs before it spawns. */
+int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
+
+
+/* Wakes (consumes) *w. When it is the waker of a task of `rt` that must be
+ * scheduled, returns the task (with its queue reference) for the caller to
+ * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
+rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
+
+/* rt_spawn_ex with the task's id chosen by the caller (from
+ * rt__task_new_id; 0: a new one), so that the caller knows it without
+ * touching the task, which may be finished and freed by the time the spawn
+ * returns. */
+int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+              const void *state, size_t size, rt_task **handle, uint64_t id);
+
+/* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when
+ * out of memory; the pool's queue holds one reference, the handle another.
+ * run: claims the job, runs it unless it was aborted, completes it, and
+ * drops the queue's reference. cancel: the same without running it.
+ * discard: frees a job that was never queued. */
+rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle);
+void rt__task_run_job(rt_task *t);
+void rt__task_cancel_job(rt_task *t);
+void rt__task_discard_job(rt_task *t);
+
+/* Appends `t` to a private FIFO of tasks linked through task->node (the
+ * deferred and local lists of a worker, the blocking pool's queue), which
+ * its owner (or the holder of its lock) alone touches. */
+static inline void rt__task_fifo_append(rt_task **head, rt_task **tail, rt_task *t)
+{
+    t->node.next = NULL;
+    if (*tail != NULL)
+        (*tail)->node.next = (struct cds_wfcq_node *)t;
+    else
+        *head = t;
+    *tail = t;
+}
+
+/* A new task id (see task.c). */
+uint64_t rt__task_new_id(void);
+
+
+#endif

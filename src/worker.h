@@ -1,0 +1,156 @@
+/* A worker thread's data and the thread-local that says which worker the
+ * calling thread is. Internal, not installed. */
+#ifndef RT_SRC_WORKER_H
+#define RT_SRC_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <asyncrt/metrics.h>
+
+#include "common.h"
+#include "block_cache.h"
+#include "deque.h"
+#include "injector.h"
+#include "park.h"
+#include "reactor.h"
+#include "registry.h"
+#include "task_internal.h"
+
+/* ---- Workers -------------------------------------------------------------*/
+
+typedef struct rt__worker {
+    /* The Chase-Lev deque: first, so it starts on its own cache lines. */
+    rt__deque deque;
+    /* Where the worker sleeps when idle. */
+    RT_ALIGNED_CACHELINE rt__parker parker;
+    rt_runtime *rt;
+    unsigned index;
+    pthread_t thread;
+    /* Looks for work left before the next look at the injector (and at the
+     * own deque's top before the bottom); then check_interval again. */
+    unsigned until_check;
+    /* Looks for work between two looks at the injector: at most
+     * rt_config.injector_interval, fewer while polls are long, and at least
+     * 2 unless that is configured lower (scheduler.c, "The injector's
+     * interval"). */
+    unsigned check_interval;
+    /* When the current window of looks began (rt__now_ns): the last look
+     * at the injector, or the worker's start or last park. */
+    int64_t last_check_ns;
+    /* A moving average of the time per look for work over recent windows
+     * (ns; 0: none measured yet). */
+    int64_t poll_ns_avg;
+    /* The starvation guard's watch over the own deque (scheduler.c,
+     * "Starving tasks"): when it began (or last started a rescue), and the
+     * lowest the bottom has been since it began. Every index from the top
+     * up to watched_low holds a task that was there when it began. */
+    int64_t watched_since;
+    uint64_t watched_low;
+    /* 0, or the index the top is taken up to, one task per look, because
+     * every task below it has starved (scheduler.c, "Starving tasks"). */
+    uint64_t rescue_end;
+    /* xorshift state for picking steal victims. */
+    uint32_t rng;
+    /* Counted in the idle coordinator's num_searching. */
+    bool searching;
+    /* Listed in the coordinator's sleepers (under sleepers_lock). */
+    bool sleeping;
+    /* The task scheduled last on this worker, run next; not stealable (it
+     * holds a queue reference like a deque entry). */
+    rt_task *lifo;
+    /* Polls in a row taken from the LIFO slot. */
+    unsigned lifo_streak;
+    /* The task being polled, or NULL. */
+    rt_task *current;
+    /* The current task woke itself during this poll (see the task word). */
+    bool current_notified;
+    /* The current poll pushed surplus work: notify a sleeper after it. */
+    bool announce_after_poll;
+    /* The last injector pop found a producer mid-enqueue or the lock taken. */
+    bool injector_would_block;
+    /* Tasks woken during their own poll (yields), in FIFO order, linked
+     * through task->node: they run again only after the deque drains. */
+    rt_task *deferred_head;
+    rt_task *deferred_tail;
+    size_t deferred_len;
+    size_t deferred_pinned; /* local tasks among them (never shared) */
+    /* Local tasks pinned to this worker, woken here, in FIFO order (owner
+     * only, linked through task->node). */
+    rt_task *local_head;
+    rt_task *local_tail;
+    /* Local tasks of this worker woken or spawned by other threads: only
+     * this worker dequeues. */
+    rt__injector inbox;
+    bool inbox_ready; /* inbox initialised (for cleanup) */
+    /* Operations the current poll may still complete (rt_coop_proceed). */
+    uint32_t budget;
+    /* The block of task ids this worker hands out: next_id up to id_limit. */
+    uint64_t next_id;
+    uint64_t id_limit;
+    /* Timer commands not yet handed to the reactor (reactor.h), the
+     * earliest deadline among them (wheel ticks), and when the first came. */
+    struct rt__timer *timer_batch[RT__TIMER_BATCH];
+    unsigned timer_batch_len;
+    uint64_t timer_batch_min_tick;
+    int64_t timer_batch_since;
+    /* The tasks spawned on this worker (owner only). */
+    rt__registry registry;
+    /* Free small task blocks (owner only). */
+    rt__block_cache cache;
+    /* Statistics, written only by this worker (relaxed), read by anyone. */
+    rt_worker_metrics stats;
+    uint64_t completed; /* tasks that returned RT_READY here */
+    uint64_t cancelled; /* tasks dropped unfinished here */
+} rt__worker;
+
+/* How long the oldest task of a deque may wait while newer ones run from
+ * the bottom before the worker takes it out of turn: Go's time slice. */
+#define RT__STARVATION_NS 10000000
+
+/* Polls in a row the LIFO slot may take ahead of waiting yielded tasks. */
+#define RT__LIFO_STREAK_MAX 3
+
+/* About how much polling a task the reactor woke may wait behind a busy
+ * worker's local work (Tokio tunes its global queue interval to the same
+ * 200 us). */
+#define RT__INJECTOR_CHECK_NS 200000
+/* The interval a worker starts with and resumes with after each park, before
+ * it has measured its polls; it may double per window from there. */
+#define RT__INJECTOR_CHECK_FIRST 4u
+
+/* The worker the calling thread is, or NULL (set by the worker's loop). */
+extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
+
+static inline rt__worker *rt__worker_current(void)
+{
+    return rt__tls_worker;
+}
+
+/* The reactor thread's block cache while it runs, else NULL (reactor.c). */
+extern __thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
+
+/* The block cache of the calling thread: its worker's, the reactor's, or
+ * NULL for any other thread (which then uses the block pool directly). */
+static inline rt__block_cache *rt__current_block_cache(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? &w->cache : rt__tls_reactor_cache;
+}
+
+
+/* Puts a task woken during its own poll at the end of the worker's deferred
+ * list (the queue reference comes with it). */
+void rt__defer(rt__worker *w, rt_task *t);
+
+/* The worker thread's main loop. */
+void *rt__worker_main(void *arg);
+
+/* A worker about to park sweeps its own registry and one foreign shard when
+ * enough has run since the last sweep for that to be worth the scan. */
+void rt__registry_sweep_idle(rt__worker *w);
+
+
+#endif
