@@ -146,6 +146,29 @@ void rt__thread_waker_release(rt__thread_waker *tw)
     thread_waker_drop(tw);
 }
 
+int rt__thread_waker_block(rt__thread_waker *tw, rt_poll (*poll)(void *arg, rt_context *cx),
+                           void *arg, int64_t timeout_ns)
+{
+    rt_context cx = rt_context_from_waker(rt__thread_waker_get(tw));
+    int64_t deadline = rt__deadline_after(timeout_ns);
+    int status = 0;
+    while (poll(arg, &cx) != RT_READY) {
+        int64_t left = -1;
+        if (deadline >= 0) {
+            left = deadline - rt__now_ns();
+            if (left <= 0) {
+                status = -ETIMEDOUT;
+                break;
+            }
+        }
+        rt__parker_park(&tw->parker, left);
+    }
+    /* A queue or a task may still hold a clone of the waker; the clone keeps
+     * the heap object alive after we return. */
+    rt_waker_drop(&cx.waker);
+    return status;
+}
+
 static rt_waker thread_waker_clone(const void *data)
 {
     rt__thread_waker *tw = (rt__thread_waker *)data;

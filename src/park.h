@@ -48,6 +48,15 @@ rt__parker *rt__thread_waker_parker(rt__thread_waker *tw);
 /* Gives up the creator's reference. */
 void rt__thread_waker_release(rt__thread_waker *tw);
 
+/* Blocks the calling thread (the owner of tw) on a poll-style operation:
+ * calls poll(arg, cx) with a context whose waker unparks it, parking between
+ * calls, until it returns RT_READY (0) or timeout_ns passes (-ETIMEDOUT;
+ * < 0: no limit). Whoever still holds a clone of the waker afterwards keeps
+ * the thread waker alive. Used by rt_task_wait, rt_block_on and every
+ * *_blocking form. */
+int rt__thread_waker_block(rt__thread_waker *tw, rt_poll (*poll)(void *arg, rt_context *cx),
+                           void *arg, int64_t timeout_ns);
+
 /* Monotonic clock in nanoseconds. */
 int64_t rt__now_ns(void);
 

@@ -707,30 +707,26 @@ RT_EXPORT rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int 
     return RT_READY;
 }
 
+/* rt_task_join as the poll rt__thread_waker_block repeats. */
+struct wait_join {
+    rt_task *task;
+    void **value;
+    int status;
+};
+
+static rt_poll wait_join_poll(void *arg, rt_context *cx)
+{
+    struct wait_join *j = arg;
+    return rt_task_join(j->task, cx, j->value, &j->status);
+}
+
 int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
         *value = NULL;
-    rt_context cx = rt_context_from_waker(rt__thread_waker_get(tw));
-    int64_t deadline = rt__deadline_after(timeout_ns);
-    int status = -ETIMEDOUT;
-    for (;;) {
-        if (rt_task_join(task, &cx, value, &status) == RT_READY)
-            break;
-        int64_t left = -1;
-        if (deadline >= 0) {
-            left = deadline - rt__now_ns();
-            if (left <= 0) {
-                status = -ETIMEDOUT;
-                break;
-            }
-        }
-        rt__parker_park(rt__thread_waker_parker(tw), left);
-    }
-    /* The task may still hold a clone of the waker; the clone keeps the heap
-     * object alive after we return. */
-    rt_waker_drop(&cx.waker);
-    return status;
+    struct wait_join j = {task, value, 0};
+    int err = rt__thread_waker_block(tw, wait_join_poll, &j, timeout_ns);
+    return err < 0 ? err : j.status;
 }
 
 RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
