@@ -345,15 +345,8 @@ RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, s
             *result = n;
             return RT_READY;
         }
-        int e = errno; /* read now: nothing below may change it */
-        if (e == EINTR)
-            continue;
-        if (e != EAGAIN && e != EWOULDBLOCK) {
-            *result = -e;
+        if (!rt__io_retry_after_error(io, RT__IO_READ, tick, result))
             return RT_READY;
-        }
-        RT__DEBUG_YIELD(); /* widens the window between EAGAIN and the clear */
-        rt__io_clear_ready(io, RT__IO_READ, tick);
     }
 }
 
@@ -381,14 +374,8 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
             *result = n;
             return RT_READY;
         }
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        if (e != EAGAIN && e != EWOULDBLOCK) {
-            *result = -e;
+        if (!rt__io_retry_after_error(io, RT__IO_WRITE, tick, result))
             return RT_READY;
-        }
-        rt__io_clear_ready(io, RT__IO_WRITE, tick);
     }
 }
 

@@ -57,6 +57,7 @@
 #ifndef RT_SRC_IO_INTERNAL_H
 #define RT_SRC_IO_INTERNAL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -93,6 +94,25 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
                           uint32_t *tick);
 /* After EAGAIN: forgets readiness of `dir` unless an event came since `tick`. */
 void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick);
+/* After a transfer's system call failed, with errno still its error: true
+ * when the caller should try again (EINTR; or EAGAIN, after which readiness
+ * of `dir` is forgotten unless an event came since `tick`, so the next
+ * rt__io_poll_ready waits for one), false when *result now holds -errno and
+ * the caller should report it. Inline: every transfer's loop ends in it. */
+static inline bool rt__io_retry_after_error(rt_io *io, unsigned dir, uint32_t tick,
+                                            ssize_t *result)
+{
+    int e = errno; /* read first: nothing below may change it */
+    if (e == EINTR)
+        return true;
+    if (e != EAGAIN && e != EWOULDBLOCK) {
+        *result = -e;
+        return false;
+    }
+    RT__DEBUG_YIELD(); /* widens the window between EAGAIN and the clear */
+    rt__io_clear_ready(io, dir, tick);
+    return true;
+}
 /* After a short read or write on TCP: the same, unless `dir` is sticky. */
 void rt__io_clear_after_short(rt_io *io, unsigned dir, uint32_t tick);
 /* The reactor's side: records an event (`dirs` ready, `sticky_dirs` hung up,

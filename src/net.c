@@ -341,14 +341,8 @@ RT_EXPORT rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, siz
             *result = n;
             return RT_READY;
         }
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        if (e != EAGAIN && e != EWOULDBLOCK) {
-            *result = -e;
+        if (!rt__io_retry_after_error(io, RT__IO_WRITE, tick, result))
             return RT_READY;
-        }
-        rt__io_clear_ready(io, RT__IO_WRITE, tick);
     }
 }
 
@@ -373,13 +367,7 @@ RT_EXPORT rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t 
             *result = n;
             return RT_READY;
         }
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        if (e != EAGAIN && e != EWOULDBLOCK) {
-            *result = -e;
+        if (!rt__io_retry_after_error(io, RT__IO_READ, tick, result))
             return RT_READY;
-        }
-        rt__io_clear_ready(io, RT__IO_READ, tick);
     }
 }
