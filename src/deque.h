@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "atomic.h"
 
 #ifndef RT_DEQUE_CAPACITY
 #define RT_DEQUE_CAPACITY 256
@@ -63,5 +64,18 @@ void *rt__deque_steal_any(rt__deque *d);
 /* Number of items at the moment of the call; exact for the owner, a hint for
  * anyone else. */
 size_t rt__deque_len_any(rt__deque *d);
+
+/* The indices of the oldest item and of one past the newest, for the owner's
+ * own bookkeeping of which items are old (the scheduler's starvation watch):
+ * relaxed reads, a snapshot that thieves may have moved `top` past since. */
+static inline uint64_t rt__deque_top_owner(const rt__deque *d)
+{
+    return rt__load_relaxed_u64(&d->top);
+}
+
+static inline uint64_t rt__deque_bottom_owner(const rt__deque *d)
+{
+    return rt__load_relaxed_u64(&d->bottom);
+}
 
 #endif

@@ -134,13 +134,11 @@ int rt__io_register(rt_runtime *rt, rt_io *io, int fd, bool is_socket, bool is_t
     /* Registered once, both directions, edge-triggered; HUP and ERR are
      * always reported and wake both directions (reactor.c). */
     /* TCP also reports urgent data (EPOLLPRI): see "Short transfers". */
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET |
-                                       (is_tcp ? EPOLLPRI : 0u),
-                             .data.ptr = io};
+    uint32_t events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET | (is_tcp ? EPOLLPRI : 0u);
     /* The reactor gets io through epoll, which TSan cannot see. */
     rt__tsan_release(io);
-    if (rt__epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        int err = -errno;
+    int err = rt__reactor_watch(&rt->reactor, fd, events, io);
+    if (err < 0) {
         pthread_mutex_unlock(&rt->io_lock);
         free(io);
         return err;
@@ -235,7 +233,7 @@ static int io_close(rt_io *io, bool unlink)
             io->next->prev = io->prev;
         pthread_mutex_unlock(&rt->io_lock);
     }
-    epoll_ctl(rt->reactor.epfd, EPOLL_CTL_DEL, io->fd, NULL);
+    rt__reactor_unwatch(&rt->reactor, io->fd);
     int rc = close(io->fd) < 0 ? -errno : 0;
     rt__spin_lock(&io->lock);
     io->closed = true;
@@ -247,10 +245,7 @@ static int io_close(rt_io *io, bool unlink)
     rt_waker_wake(&writer);
     /* The reactor may hold an event naming io from an epoll_wait that began
      * before the DEL: it frees io at the top of its next turn. */
-    if (rt->reactor.running)
-        rt__reactor_release_io(&rt->reactor, io);
-    else
-        free(io);
+    rt__reactor_release_io(&rt->reactor, io);
     return rc;
 }
 

@@ -164,7 +164,8 @@ bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns)
     return now_ns - wake_ns >= RT__REACTOR_OVERDUE_NS + allowance;
 }
 
-bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, int64_t slack_ns)
+bool rt__reactor_submit_timer(rt__reactor *r, rt__timer_batch *batch, rt__timer *t,
+                              uint64_t kick_tick, int64_t slack_ns)
 {
     /* A stopped reactor takes no commands: its stop releases what is left
      * in its wheel, and the caller keeps the reference it offered. The
@@ -176,8 +177,7 @@ bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, 
      * leaked, its waker never woken) and the kick could write to a closed
      * descriptor. The gate's RMWs are full barriers: a submitter that got in
      * before the close is waited for; one that comes after sees bit 0. */
-    rt__worker *w = rt__worker_current();
-    bool own_worker = w != NULL && &w->rt->reactor == r;
+    bool own_worker = batch != NULL;
     if (own_worker) {
         if (rt__load_acquire_u32(&r->stopping))
             return false;
@@ -189,15 +189,15 @@ bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, 
     cds_wfcq_node_init(&t->node);
     rt__tsan_release(&t->node);
     if (own_worker) {
-        if (w->timer_batch_len == 0) {
-            w->timer_batch_since = rt_now_ns();
-            w->timer_batch_min_tick = kick_tick;
-        } else if (kick_tick < w->timer_batch_min_tick) {
-            w->timer_batch_min_tick = kick_tick;
+        if (batch->len == 0) {
+            batch->since = rt_now_ns();
+            batch->min_tick = kick_tick;
+        } else if (kick_tick < batch->min_tick) {
+            batch->min_tick = kick_tick;
         }
-        w->timer_batch[w->timer_batch_len++] = t;
-        if (slack_ns < RT__TIMER_BATCH_SLACK_NS || w->timer_batch_len == RT__TIMER_BATCH)
-            rt__timer_batch_flush(w);
+        batch->timers[batch->len++] = t;
+        if (slack_ns < RT__TIMER_BATCH_SLACK_NS || batch->len == RT__TIMER_BATCH)
+            rt__timer_batch_flush(r, batch);
         return true;
     }
     cds_wfcq_enqueue(&r->cmd_head, &r->cmd_tail, &t->node);
@@ -206,13 +206,12 @@ bool rt__reactor_submit_timer(rt__reactor *r, rt__timer *t, uint64_t kick_tick, 
     return true;
 }
 
-void rt__timer_batch_flush(rt__worker *w)
+void rt__timer_batch_flush(rt__reactor *r, rt__timer_batch *batch)
 {
-    unsigned n = w->timer_batch_len;
+    unsigned n = batch->len;
     if (n == 0)
         return;
-    w->timer_batch_len = 0;
-    rt__reactor *r = &w->rt->reactor;
+    batch->len = 0;
     /* Linked privately, then spliced in with one exchange on the shared
      * tail (a full barrier, as a single enqueue's is, for the kick check
      * below). The private queue has no concurrent user, so the "blocking"
@@ -221,13 +220,28 @@ void rt__timer_batch_flush(rt__worker *w)
     struct cds_wfcq_tail tail;
     __cds_wfcq_init(&head, &tail);
     for (unsigned i = 0; i < n; i++)
-        cds_wfcq_enqueue(&head, &tail, &w->timer_batch[i]->node);
+        cds_wfcq_enqueue(&head, &tail, &batch->timers[i]->node);
     __cds_wfcq_splice_blocking(&r->cmd_head, &r->cmd_tail, &head, &tail);
-    rt__reactor_kick_before(r, w->timer_batch_min_tick);
+    rt__reactor_kick_before(r, batch->min_tick);
+}
+
+int rt__reactor_watch(rt__reactor *r, int fd, uint32_t events, void *ptr)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = ptr};
+    return rt__epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+void rt__reactor_unwatch(rt__reactor *r, int fd)
+{
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
 void rt__reactor_release_io(rt__reactor *r, rt_io *io)
 {
+    if (!r->running) {
+        free(io);
+        return;
+    }
     pthread_mutex_lock(&r->release_lock);
     io->release_next = r->release_list;
     r->release_list = io;

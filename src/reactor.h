@@ -111,18 +111,6 @@ void rt__reactor_end_nap(rt__reactor *r);
  * costs one needless yield or one missed. */
 #define RT__REACTOR_OVERDUE_NS 500000
 bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns);
-/* Queues a timer command (timer_internal.h), handing the reactor one
- * reference to the timer. `kick_tick`: the timer's deadline in wheel ticks,
- * to wake the reactor if it sleeps past it (UINT64_MAX: never, for a
- * cancellation). `slack_ns`: how long before the timer is due (INT64_MAX: a
- * cancellation, never urgent). On a worker of the reactor's runtime, a
- * command with at least RT__TIMER_BATCH_SLACK_NS of slack joins the worker's
- * batch (see rt__timer_batch_flush); any other is queued at once, with the
- * batch before it. Returns false, queuing nothing and keeping the reference
- * with the caller, once the reactor is stopping. */
-bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick_tick,
-                              int64_t slack_ns);
-
 /* Timer commands a worker collects before handing them to the reactor in
  * one splice: arming a hundred thousand sleeps from two workers otherwise
  * makes both exchange the command queue's tail cache line once per timer.
@@ -134,12 +122,45 @@ bool rt__reactor_submit_timer(rt__reactor *r, struct rt__timer *t, uint64_t kick
 #define RT__TIMER_BATCH 64
 #define RT__TIMER_BATCH_WAIT_NS 500000
 #define RT__TIMER_BATCH_SLACK_NS 3000000
-struct rt__worker;
-/* Hands the worker's batch to the reactor (one splice, one kick check).
- * The worker itself: after a poll when the batch is old enough, before it
- * parks, and when it exits. */
-void rt__timer_batch_flush(struct rt__worker *w);
-/* Hands a closed descriptor's registration over for freeing. */
+
+/* One worker's batch (a field of its worker struct; that worker alone
+ * touches it). */
+typedef struct rt__timer_batch {
+    struct rt__timer *timers[RT__TIMER_BATCH]; /* commands not yet handed over */
+    unsigned len;                              /* entries in use */
+    uint64_t min_tick; /* the earliest deadline among them (wheel ticks) */
+    int64_t since;     /* when the first came (rt_now_ns) */
+} rt__timer_batch;
+
+/* Queues a timer command (timer_internal.h), handing the reactor one
+ * reference to the timer. `batch`: the calling worker's batch when the
+ * caller is a worker of the reactor's runtime, else NULL. `kick_tick`: the
+ * timer's deadline in wheel ticks, to wake the reactor if it sleeps past it
+ * (UINT64_MAX: never, for a cancellation). `slack_ns`: how long before the
+ * timer is due (INT64_MAX: a cancellation, never urgent). With a batch, a
+ * command with at least RT__TIMER_BATCH_SLACK_NS of slack joins it (see
+ * rt__timer_batch_flush); any other is queued at once, with the batch
+ * before it. Returns false, queuing nothing and keeping the reference with
+ * the caller, once the reactor is stopping. */
+bool rt__reactor_submit_timer(rt__reactor *r, rt__timer_batch *batch, struct rt__timer *t,
+                              uint64_t kick_tick, int64_t slack_ns);
+
+/* Hands a worker's batch to the reactor (one splice, one kick check). The
+ * worker itself: after a poll when the batch is old enough, before it parks,
+ * and when it exits. */
+void rt__timer_batch_flush(rt__reactor *r, rt__timer_batch *batch);
+
+/* The I/O layer's interface to the reactor: io.c knows the reactor only
+ * through these three. watch adds fd to the epoll instance with `events`
+ * (EPOLL* bits), reporting `ptr` with each event; returns 0 or -errno (the
+ * errors of epoll_ctl ADD). unwatch removes it (before close(2): epoll keys
+ * on the open file description, which survives close when the descriptor
+ * was duplicated). release_io hands a closed descriptor's rt_io over for
+ * freeing once the reactor can no longer hold an event naming it: at the
+ * top of its next turn, or at once when the reactor is not running. Any
+ * thread. */
+int rt__reactor_watch(rt__reactor *r, int fd, uint32_t events, void *ptr);
+void rt__reactor_unwatch(rt__reactor *r, int fd);
 void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
 
 /* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). */

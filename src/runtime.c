@@ -224,56 +224,6 @@ fail_alloc:
     return err;
 }
 
-/* Drops the queue reference of every task still sitting in a run queue. By
- * now each of them is COMPLETE (shutdown cancelled it), so that is all. */
-static void drain_queues(rt_runtime *rt)
-{
-    for (unsigned i = 0; i < rt->nworkers; i++) {
-        rt__worker *w = &rt->workers[i];
-        rt_task *t;
-        if (w->lifo != NULL) {
-            rt__task_unref(w->lifo, 1);
-            w->lifo = NULL;
-        }
-        while ((t = rt__deque_take_owner(&w->deque)) != NULL)
-            rt__task_unref(t, 1);
-        rt_task *lists[2] = {w->deferred_head, w->local_head};
-        for (int l = 0; l < 2; l++) {
-            t = lists[l];
-            while (t != NULL) {
-                rt_task *next = (rt_task *)t->node.next;
-                rt__task_unref(t, 1);
-                t = next;
-            }
-        }
-        w->deferred_head = w->deferred_tail = NULL;
-        w->deferred_len = 0;
-        w->deferred_pinned = 0;
-        w->local_head = w->local_tail = NULL;
-        struct cds_wfcq_node *local_nodes[64];
-        bool local_would_block;
-        for (;;) {
-            size_t n = rt__injector_pop_batch(&w->inbox, local_nodes, 64, &local_would_block);
-            for (size_t i = 0; i < n; i++)
-                rt__task_unref(caa_container_of(local_nodes[i], rt_task, node), 1);
-            if (n == 0 && !local_would_block)
-                break;
-        }
-    }
-    struct cds_wfcq_node *nodes[64];
-    bool would_block;
-    rt__injector *queues[2] = {&rt->injector, &rt->wakes};
-    for (int q = 0; q < 2; q++) {
-        for (;;) {
-            size_t n = rt__injector_pop_batch(queues[q], nodes, 64, &would_block);
-            for (size_t i = 0; i < n; i++)
-                rt__task_unref(caa_container_of(nodes[i], rt_task, node), 1);
-            if (n == 0 && !would_block)
-                break;
-        }
-    }
-}
-
 RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
 {
     if (rt == NULL)
@@ -318,7 +268,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
      * runs (no rt_io can be opened after this), then the reactor stops. */
     rt__io_close_all(rt);
     rt__reactor_stop(rt);
-    drain_queues(rt);
+    rt__scheduler_drain(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);
     return (int)cancelled;
@@ -334,7 +284,7 @@ RT_EXPORT int rt_runtime_free(rt_runtime *rt)
     if (err < 0)
         return err;
     /* A wake that raced with shutdown may have queued a finished task since. */
-    drain_queues(rt);
+    rt__scheduler_drain(rt);
     destroy(rt);
     return 0;
 }

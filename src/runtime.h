@@ -111,6 +111,12 @@ void rt__schedule(rt_task *t);
  * workers woken. */
 void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
 
+/* Drops the queue reference of every task still in a run queue of `rt`: the
+ * workers' LIFO slots, deques, deferred and local lists and inboxes, the
+ * injector and the wakes queue. Shutdown, once every worker has exited and
+ * every task is finished. */
+void rt__scheduler_drain(rt_runtime *rt);
+
 /* Whether no worker of `rt` is parked or announcing its park (a seq_cst
  * snapshot of the idle word; the reactor's nap check). */
 bool rt__every_worker_unparked(rt_runtime *rt);

@@ -215,7 +215,7 @@ static bool holds_idle_memory(rt__worker *w)
 static void park_worker(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
-    rt__timer_batch_flush(w); /* no timer waits on a sleeping worker */
+    rt__timer_batch_flush(&w->rt->reactor, &w->timer_batch); /* no timer waits on a sleeping worker */
     assert(w->deferred_head == NULL && w->lifo == NULL && w->local_head == NULL);
     rt__registry_sweep_idle(w);
     transition_to_parked(w);
@@ -508,11 +508,11 @@ static rt_task *steal_from_others(rt__worker *w)
  * RT__STARVATION_NS would let the hundredth buried task wait a second. */
 static void watch_for_starving_top(rt__worker *w, int64_t now)
 {
-    uint64_t top = rt__load_relaxed_u64(&w->deque.top);
+    uint64_t top = rt__deque_top_owner(&w->deque);
     if ((int64_t)(w->watched_low - top) <= 0) {
         /* None of this watch's tasks is left (an empty deque included). */
         w->watched_since = now;
-        w->watched_low = rt__load_relaxed_u64(&w->deque.bottom);
+        w->watched_low = rt__deque_bottom_owner(&w->deque);
         return;
     }
     if (now - w->watched_since < RT__STARVATION_NS)
@@ -525,7 +525,7 @@ static void watch_for_starving_top(rt__worker *w, int64_t now)
  * is over (or lost a race with a thief, which took the task instead). */
 static rt_task *take_starved_top(rt__worker *w)
 {
-    uint64_t top = rt__load_relaxed_u64(&w->deque.top);
+    uint64_t top = rt__deque_top_owner(&w->deque);
     /* rescue_end never exceeds the bottom (note_deque_low), so this also
      * ends a rescue whose tasks thieves have taken. */
     if ((int64_t)(w->rescue_end - top) <= 0) {
@@ -541,7 +541,7 @@ static rt_task *take_starved_top(rt__worker *w)
  * begun earlier must not count as old. */
 static inline void note_deque_low(rt__worker *w)
 {
-    uint64_t bottom = rt__load_relaxed_u64(&w->deque.bottom);
+    uint64_t bottom = rt__deque_bottom_owner(&w->deque);
     if ((int64_t)(bottom - w->watched_low) < 0)
         w->watched_low = bottom;
     if (w->rescue_end != 0 && (int64_t)(bottom - w->rescue_end) < 0)
@@ -778,10 +778,10 @@ void *rt__worker_main(void *arg)
              * about two polls at most (reactor.h). A poll that read the
              * clock (every sleep arming itself does) lends its reading, at
              * most that poll old; only a poll that did not costs a reading. */
-            if (w->timer_batch_len > 0) {
+            if (w->timer_batch.len > 0) {
                 int64_t now = rt__tls_clock.count != readings ? rt__tls_clock.last : rt__now_ns();
-                if (now - w->timer_batch_since >= RT__TIMER_BATCH_WAIT_NS)
-                    rt__timer_batch_flush(w);
+                if (now - w->timer_batch.since >= RT__TIMER_BATCH_WAIT_NS)
+                    rt__timer_batch_flush(&w->rt->reactor, &w->timer_batch);
             }
             if (w->announce_after_poll) {
                 w->announce_after_poll = false;
@@ -800,7 +800,57 @@ void *rt__worker_main(void *arg)
         park_worker(w);
         restart_check_window(w);
     }
-    rt__timer_batch_flush(w);
+    rt__timer_batch_flush(&w->rt->reactor, &w->timer_batch);
     tls_worker = NULL;
     return NULL;
+}
+
+/* Drops the queue reference of every task still sitting in a run queue. By
+ * now each of them is COMPLETE (shutdown cancelled it), so that is all. */
+void rt__scheduler_drain(rt_runtime *rt)
+{
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        rt__worker *w = &rt->workers[i];
+        rt_task *t;
+        if (w->lifo != NULL) {
+            rt__task_unref(w->lifo, 1);
+            w->lifo = NULL;
+        }
+        while ((t = rt__deque_take_owner(&w->deque)) != NULL)
+            rt__task_unref(t, 1);
+        rt_task *lists[2] = {w->deferred_head, w->local_head};
+        for (int l = 0; l < 2; l++) {
+            t = lists[l];
+            while (t != NULL) {
+                rt_task *next = (rt_task *)t->node.next;
+                rt__task_unref(t, 1);
+                t = next;
+            }
+        }
+        w->deferred_head = w->deferred_tail = NULL;
+        w->deferred_len = 0;
+        w->deferred_pinned = 0;
+        w->local_head = w->local_tail = NULL;
+        struct cds_wfcq_node *local_nodes[64];
+        bool local_would_block;
+        for (;;) {
+            size_t n = rt__injector_pop_batch(&w->inbox, local_nodes, 64, &local_would_block);
+            for (size_t i = 0; i < n; i++)
+                rt__task_unref(caa_container_of(local_nodes[i], rt_task, node), 1);
+            if (n == 0 && !local_would_block)
+                break;
+        }
+    }
+    struct cds_wfcq_node *nodes[64];
+    bool would_block;
+    rt__injector *queues[2] = {&rt->injector, &rt->wakes};
+    for (int q = 0; q < 2; q++) {
+        for (;;) {
+            size_t n = rt__injector_pop_batch(queues[q], nodes, 64, &would_block);
+            for (size_t i = 0; i < n; i++)
+                rt__task_unref(caa_container_of(nodes[i], rt_task, node), 1);
+            if (n == 0 && !would_block)
+                break;
+        }
+    }
 }

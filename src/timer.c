@@ -198,7 +198,8 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
             e = -ESHUTDOWN;
         else if ((t = timer_new(r, s->deadline_ns, cx)) == NULL)
             e = -ENOMEM;
-        else if (!rt__reactor_submit_timer(r, t, t->entry.deadline, s->deadline_ns - now)) {
+        else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t,
+                                           t->entry.deadline, s->deadline_ns - now)) {
             timer_unref(t, 2); /* never published */
             e = -ESHUTDOWN;
         }
@@ -257,7 +258,8 @@ RT_EXPORT void rt_sleep_drop(rt_sleep *s)
          * still queued needs nothing: the reactor will find it cancelled. */
         if (phase == RT__TIMER_FILED) {
             rt__faa_u32(&t->refs, 1); /* the cancel command's */
-            if (!rt__reactor_submit_timer(&s->rt->reactor, t, UINT64_MAX, INT64_MAX))
+            if (!rt__reactor_submit_timer(&s->rt->reactor, rt__current_timer_batch(s->rt), t,
+                                          UINT64_MAX, INT64_MAX))
                 rt__faa_u32(&t->refs, (uint32_t)-1); /* the future still holds one */
         }
     } else {

@@ -90,12 +90,8 @@ typedef struct rt__worker {
     /* The block of task ids this worker hands out: next_id up to id_limit. */
     uint64_t next_id;
     uint64_t id_limit;
-    /* Timer commands not yet handed to the reactor (reactor.h), the
-     * earliest deadline among them (wheel ticks), and when the first came. */
-    struct rt__timer *timer_batch[RT__TIMER_BATCH];
-    unsigned timer_batch_len;
-    uint64_t timer_batch_min_tick;
-    int64_t timer_batch_since;
+    /* Timer commands not yet handed to the reactor (reactor.h). */
+    rt__timer_batch timer_batch;
     /* The tasks spawned on this worker (owner only). */
     rt__registry registry;
     /* Free small task blocks (owner only). */
@@ -127,6 +123,15 @@ extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exe
 static inline rt__worker *rt__worker_current(void)
 {
     return rt__tls_worker;
+}
+
+/* The timer batch a timer command submitted by the calling thread to the
+ * reactor of `rt` joins: its worker's when it is a worker of `rt`, else NULL
+ * (rt__reactor_submit_timer). */
+static inline rt__timer_batch *rt__current_timer_batch(rt_runtime *rt)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL && w->rt == rt ? &w->timer_batch : NULL;
 }
 
 /* The reactor thread's block cache while it runs, else NULL (reactor.c). */
