@@ -9,11 +9,6 @@
 #include "atomic.h"
 #include "runtime.h"
 
-static inline uint64_t refcount(uint64_t state)
-{
-    return state >> RT__TASK_REF_SHIFT;
-}
-
 static inline void *task_future_state(rt_task *t)
 {
     return t->future_state;
@@ -90,13 +85,9 @@ uint64_t rt__task_new_id(void)
 
 void rt__task_unref(rt_task *t, uint64_t n)
 {
-    /* The fetch-add is a full barrier: every access a reference holder made
-     * happens before the free by whoever drops the last reference. */
-    uint64_t prev = rt__faa_u64(&t->state, (uint64_t)0 - n * RT__TASK_REF_ONE);
-    if (refcount(prev) == n) {
-        /* Any thread's cache may take any block; elsewhere, to the pool. */
+    /* Any thread's cache may take any block; elsewhere, to the pool. */
+    if (rt__task_state_unref(t, n))
         rt__task_recycle(rt__current_block_cache(), t);
-    }
 }
 
 /* ---- The task waker ----------------------------------------------------- */
@@ -104,7 +95,7 @@ void rt__task_unref(rt_task *t, uint64_t n)
 static rt_waker task_waker_clone(const void *data)
 {
     rt_task *t = (rt_task *)data;
-    rt__faa_u64(&t->state, RT__TASK_REF_ONE);
+    rt__task_state_ref(t);
     rt_waker w = {&rt__task_waker_vtable, t};
     return w;
 }
@@ -143,27 +134,16 @@ static inline bool may_preclaim(rt_task *t)
  * dealt with. */
 static bool task_wake_transition(rt_task *t, bool preclaim)
 {
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    for (;;) {
-        uint64_t next;
-        if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED)) {
-            /* Finished or already queued: only the reference goes. */
-            rt__task_unref(t, 1);
-            return false;
-        }
-        if (s & RT__TASK_RUNNING) {
-            /* The worker polling it requeues it afterwards with the queue
-             * reference it holds, so this reference can go in the same CAS
-             * (it cannot be the last: the worker holds one). */
-            next = (s | RT__TASK_NOTIFIED) - RT__TASK_REF_ONE;
-            if (rt__cas_u64(&t->state, &s, next))
-                return false;
-            continue;
-        }
-        next = s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED);
-        if (rt__cas_u64(&t->state, &s, next))
-            return true;
+    switch (rt__task_state_wake(t, preclaim)) {
+    case RT__TASK_WAKE_DROP:
+        rt__task_unref(t, 1);
+        return false;
+    case RT__TASK_WAKE_DONE:
+        return false;
+    case RT__TASK_WAKE_SCHEDULE:
+        break;
     }
+    return true;
 }
 
 /* Wake by value: the waker's reference becomes the run queue's when the task
@@ -205,24 +185,9 @@ static void task_waker_wake_by_ref(const void *data)
     rt_task *t = (rt_task *)data;
     if (self_wake(t))
         return;
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    bool preclaim = may_preclaim(t);
-    for (;;) {
-        if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED))
-            return;
-        bool idle = !(s & RT__TASK_RUNNING);
-        uint64_t next = s | RT__TASK_NOTIFIED;
-        if (idle) {
-            next = s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED);
-            next += RT__TASK_REF_ONE; /* the run queue's reference */
-        }
-        if (rt__cas_u64(&t->state, &s, next)) {
-            if (idle) {
-                RT__DEBUG_YIELD();
-                rt__schedule(t);
-            }
-            return;
-        }
+    if (rt__task_state_wake_by_ref(t, may_preclaim(t))) {
+        RT__DEBUG_YIELD();
+        rt__schedule(t);
     }
 }
 
@@ -407,33 +372,11 @@ RT_EXPORT bool rt_coop_proceed(rt_context *cx)
  * registry notices the completion at its next sweep. */
 static void task_complete(rt_task *t, bool cancelled, uint64_t drop_refs)
 {
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    bool joiner;
-    for (;;) {
-        uint64_t next = (s & ~(RT__TASK_RUNNING | RT__TASK_NOTIFIED)) | RT__TASK_COMPLETE;
-        if (cancelled)
-            next |= RT__TASK_CANCELLED;
-        else
-            next &= ~RT__TASK_CANCELLED; /* finished first: the result stands */
-        joiner = (s & RT__TASK_JOIN_INTEREST) && (s & RT__TASK_JOIN_WAKER);
-        /* Without a joiner to wake we do not touch the task again, so our
-         * references can go in this same CAS; they are never the last ones,
-         * as the registry holds one until it sees COMPLETE. */
-        if (!joiner)
-            next -= drop_refs * RT__TASK_REF_ONE;
-        /* Release: output and the drop's effects are visible to the joiner
-         * and to the registry's sweep. */
-        if (rt__cas_u64(&t->state, &s, next))
-            break;
-    }
-    if (!joiner)
+    if (!rt__task_state_complete(t, cancelled, drop_refs))
         return;
     /* JOIN_WAKER was set when we completed: the field is ours to use. */
     rt_waker_wake_by_ref(&t->join_waker);
-    uint64_t cur = rt__load_acquire_u64(&t->state);
-    while (!rt__cas_u64(&t->state, &cur, cur & ~RT__TASK_JOIN_WAKER))
-        ;
-    if (!(cur & RT__TASK_JOIN_INTEREST)) {
+    if (rt__task_state_join_woken(t)) {
         /* The handle went away while we were waking: we drop the waker. */
         rt_waker_drop(&t->join_waker);
     }
@@ -473,13 +416,11 @@ void rt__task_run(rt__worker *w, rt_task *t)
                 task_cancel_running(w, t);
                 return;
             }
-            rt__faa_u64(&t->state, (uint64_t)0 - RT__TASK_NOTIFIED);
+            rt__task_state_consume_notified(t);
         }
     } else {
-        /* Queued tasks have NOTIFIED set and RUNNING clear, so one fetch-add
-         * swaps them (RUNNING - NOTIFIED, as two's complement). Shutdown
-         * completes tasks only after every worker has exited. */
-        uint64_t prev = rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
+        /* Shutdown completes tasks only after every worker has exited. */
+        uint64_t prev = rt__task_state_claim(t);
         assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
                RT__TASK_NOTIFIED);
         if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
@@ -519,32 +460,21 @@ void rt__task_run(rt__worker *w, rt_task *t)
     }
 
     /* Pending: back to idle, unless woken or aborted during the poll. */
-    s = rt__load_acquire_u64(&t->state);
-    for (;;) {
-        if (s & RT__TASK_CANCELLED) {
-            task_cancel_running(w, t);
-            return;
-        }
-        uint64_t next = s & ~RT__TASK_RUNNING;
-        bool requeue = (s & RT__TASK_NOTIFIED) != 0;
-        /* Idle: the run queue's reference goes in the same CAS. It is never
-         * the last one, since the registry holds a reference until COMPLETE. */
-        if (!requeue)
-            next -= RT__TASK_REF_ONE;
-        if (rt__cas_u64(&t->state, &s, next)) {
-            if (requeue)
-                rt__defer(w, t);
-            return;
-        }
+    switch (rt__task_state_pending(t)) {
+    case RT__TASK_CANCEL_IT:
+        task_cancel_running(w, t);
+        break;
+    case RT__TASK_REQUEUE:
+        rt__defer(w, t);
+        break;
+    case RT__TASK_IDLE:
+        break;
     }
 }
 
 void rt__task_cancel_at_shutdown(rt_task *t)
 {
-    /* No worker is alive, so nobody else can hold RUNNING: claim it. */
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    while (!rt__cas_u64(&t->state, &s, s | RT__TASK_RUNNING | RT__TASK_CANCELLED))
-        ;
+    rt__task_state_claim_for_shutdown(t);
     task_drop_future(t);
     t->u.output = NULL;
     task_complete(t, true, 0);
@@ -600,7 +530,7 @@ void rt__task_discard_job(rt_task *t)
 
 void rt__task_run_job(rt_task *t)
 {
-    uint64_t prev = rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
+    uint64_t prev = rt__task_state_claim(t);
     assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
            RT__TASK_NOTIFIED);
     bool cancelled = (prev & RT__TASK_CANCELLED) != 0;
@@ -618,9 +548,7 @@ void rt__task_run_job(rt_task *t)
 
 void rt__task_cancel_job(rt_task *t)
 {
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    while (!rt__cas_u64(&t->state, &s, (s | RT__TASK_CANCELLED)))
-        ;
+    rt__task_state_set_cancelled(t);
     rt__task_run_job(t); /* sees CANCELLED: completes without running */
 }
 
@@ -635,36 +563,20 @@ static bool task_set_join_waker(rt_task *t, const rt_waker *waker, uint64_t s)
         if (rt_waker_will_wake(&t->join_waker, waker))
             return true;
         /* Take the field back by clearing JOIN_WAKER; fails once COMPLETE. */
-        for (;;) {
-            if (s & RT__TASK_COMPLETE)
-                return false;
-            if (rt__cas_u64(&t->state, &s, s & ~RT__TASK_JOIN_WAKER))
-                break;
-        }
+        if (!rt__task_state_take_join_waker(t, s))
+            return false;
     }
     /* JOIN_WAKER is clear: the field is ours. */
     rt_waker_drop(&t->join_waker);
     t->join_waker = rt_waker_clone(waker);
-    s = rt__load_acquire_u64(&t->state);
-    for (;;) {
-        if (s & RT__TASK_COMPLETE)
-            return false; /* the field stays ours; released with the handle */
-        /* Release: the waker's bytes are visible to the completer. */
-        if (rt__cas_u64(&t->state, &s, s | RT__TASK_JOIN_WAKER))
-            return true;
-    }
+    /* False: completed meanwhile; the field stays ours, released with the
+     * handle. */
+    return rt__task_state_publish_join_waker(t);
 }
 
 static void task_release_handle(rt_task *t)
 {
-    uint64_t s = rt__load_acquire_u64(&t->state);
-    for (;;) {
-        uint64_t next = s & ~RT__TASK_JOIN_INTEREST;
-        if (!(s & RT__TASK_COMPLETE))
-            next &= ~RT__TASK_JOIN_WAKER;
-        if (rt__cas_u64(&t->state, &s, next))
-            break;
-    }
+    uint64_t s = rt__task_state_release_handle(t);
     /* Unless the completer is using the field right now (it then sees the
      * interest gone and drops the waker itself), the field is ours. */
     if (!((s & RT__TASK_COMPLETE) && (s & RT__TASK_JOIN_WAKER)))
@@ -755,26 +667,21 @@ RT_EXPORT void rt_task_abort(rt_task *task)
 {
     if (task == NULL)
         return;
-    uint64_t s = rt__load_acquire_u64(&task->state);
-    for (;;) {
-        if (s & (RT__TASK_COMPLETE | RT__TASK_CANCELLED))
-            return;
-        uint64_t next = s | RT__TASK_CANCELLED;
-        /* Running or queued: the worker sees CANCELLED after the poll or at
-         * the pop. Idle: schedule it so that a worker drops it. A blocking
-         * job is never idle; a queued one is taken out of the pool's queue
-         * and completed now. */
-        bool idle = !(s & (RT__TASK_RUNNING | RT__TASK_NOTIFIED));
-        bool queued_job = !(s & RT__TASK_RUNNING) && rt__task_pinned(task) == RT__TASK_PINNED_JOB;
-        if (idle)
-            next |= RT__TASK_NOTIFIED, next += RT__TASK_REF_ONE;
-        if (rt__cas_u64(&task->state, &s, next)) {
-            if (idle)
-                rt__schedule(task);
-            else if (queued_job)
-                rt__blocking_pool_abort(task->rt->blocking, task);
-            return;
-        }
+    /* Running or queued: the worker sees CANCELLED after the poll or at the
+     * pop. Idle: schedule it so that a worker drops it. A blocking job is
+     * never idle; a queued one is taken out of the pool's queue and
+     * completed now. */
+    uint64_t prev = 0;
+    switch (rt__task_state_abort(task, &prev)) {
+    case RT__TASK_ABORT_NONE:
+        break;
+    case RT__TASK_ABORT_SCHEDULE:
+        rt__schedule(task);
+        break;
+    case RT__TASK_ABORT_MARKED:
+        if (!(prev & RT__TASK_RUNNING) && rt__task_pinned(task) == RT__TASK_PINNED_JOB)
+            rt__blocking_pool_abort(task->rt->blocking, task);
+        break;
     }
 }
 

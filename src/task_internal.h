@@ -116,6 +116,247 @@ struct rt_task {
 _Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
                "the task header must fit in one cache line");
 
+/* ---- Transitions of the state word ----------------------------------------
+ *
+ * Every change to `state` is one of the functions below, each one CAS loop or
+ * one fetch-add, named after the transition in the diagram above. Each RMW is
+ * a full barrier; the comments say which data each one publishes or
+ * acquires. They change the word only: waking, scheduling, dropping the
+ * future and freeing are the caller's (task.c). */
+
+/* The references the word holds. */
+static inline uint64_t rt__task_refcount(uint64_t state)
+{
+    return state >> RT__TASK_REF_SHIFT;
+}
+
+/* clone: one more reference (a waker clone, a handle). */
+static inline void rt__task_state_ref(rt_task *t)
+{
+    rt__faa_u64(&t->state, RT__TASK_REF_ONE);
+}
+
+/* unref: drops `n` references; true when they were the last, and the caller
+ * frees the task. The fetch-add is a full barrier: every access a reference
+ * holder made happens before the free by whoever drops the last one. */
+static inline bool rt__task_state_unref(rt_task *t, uint64_t n)
+{
+    uint64_t prev = rt__faa_u64(&t->state, (uint64_t)0 - n * RT__TASK_REF_ONE);
+    return rt__task_refcount(prev) == n;
+}
+
+/* What a wake by value did with the waker's reference. */
+typedef enum rt__task_wake_result {
+    RT__TASK_WAKE_DROP,     /* finished or already queued: the caller drops it */
+    RT__TASK_WAKE_DONE,     /* running: NOTIFIED set, the reference went too */
+    RT__TASK_WAKE_SCHEDULE, /* idle: it is now the run queue's; schedule */
+} rt__task_wake_result;
+
+/* wake (by value). An idle task becomes NOTIFIED, or RUNNING when
+ * `preclaim` (queued already claimed, by a worker of its runtime), and the
+ * waker's reference becomes the run queue's. A running task gets NOTIFIED,
+ * and the reference goes in the same CAS (never the last: the polling worker
+ * holds one); the worker requeues it after the poll. */
+static inline rt__task_wake_result rt__task_state_wake(rt_task *t, bool preclaim)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED))
+            return RT__TASK_WAKE_DROP;
+        if (s & RT__TASK_RUNNING) {
+            if (rt__cas_u64(&t->state, &s, (s | RT__TASK_NOTIFIED) - RT__TASK_REF_ONE))
+                return RT__TASK_WAKE_DONE;
+            continue;
+        }
+        if (rt__cas_u64(&t->state, &s, s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED)))
+            return RT__TASK_WAKE_SCHEDULE;
+    }
+}
+
+/* wake by reference: as a wake by value, but the run queue's reference of
+ * an idle task is added. True when the caller must schedule the task. */
+static inline bool rt__task_state_wake_by_ref(rt_task *t, bool preclaim)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & (RT__TASK_COMPLETE | RT__TASK_NOTIFIED))
+            return false;
+        bool idle = !(s & RT__TASK_RUNNING);
+        uint64_t next = s | RT__TASK_NOTIFIED;
+        if (idle) {
+            next = s | (preclaim ? RT__TASK_RUNNING : RT__TASK_NOTIFIED);
+            next += RT__TASK_REF_ONE; /* the run queue's reference */
+        }
+        if (rt__cas_u64(&t->state, &s, next))
+            return idle;
+    }
+}
+
+/* claim: a worker (or a pool thread) takes a popped NOTIFIED task. Queued
+ * tasks have NOTIFIED set and RUNNING clear, so one fetch-add swaps them
+ * (RUNNING - NOTIFIED, as two's complement). Returns the word before. */
+static inline uint64_t rt__task_state_claim(rt_task *t)
+{
+    return rt__faa_u64(&t->state, RT__TASK_RUNNING - RT__TASK_NOTIFIED);
+}
+
+/* consume a wake: a task queued already claimed (RUNNING) was woken
+ * meanwhile; the poll about to run consumes that NOTIFIED. */
+static inline void rt__task_state_consume_notified(rt_task *t)
+{
+    rt__faa_u64(&t->state, (uint64_t)0 - RT__TASK_NOTIFIED);
+}
+
+/* What becomes of a task whose poll returned RT_PENDING without a yield. */
+typedef enum rt__task_after_pending {
+    RT__TASK_IDLE,      /* idle; the run queue's reference went in the CAS */
+    RT__TASK_REQUEUE,   /* woken during the poll: requeue (RUNNING cleared) */
+    RT__TASK_CANCEL_IT, /* aborted: the caller drops it (still RUNNING) */
+} rt__task_after_pending;
+
+/* pending: back to idle, unless woken or aborted during the poll. The
+ * queue's reference is never the last (the registry holds one until
+ * COMPLETE), so it can go in the same CAS. */
+static inline rt__task_after_pending rt__task_state_pending(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & RT__TASK_CANCELLED)
+            return RT__TASK_CANCEL_IT;
+        uint64_t next = s & ~RT__TASK_RUNNING;
+        bool requeue = (s & RT__TASK_NOTIFIED) != 0;
+        if (!requeue)
+            next -= RT__TASK_REF_ONE;
+        if (rt__cas_u64(&t->state, &s, next))
+            return requeue ? RT__TASK_REQUEUE : RT__TASK_IDLE;
+    }
+}
+
+/* complete: the owner of RUNNING marks the task COMPLETE (and CANCELLED when
+ * `cancelled`; a task that finished first keeps its result). Release: the
+ * output and the drop's effects are visible to whoever sees COMPLETE. True
+ * when a joiner waits (JOIN_WAKER was set): the caller wakes t->join_waker,
+ * then calls rt__task_state_join_woken, and drops `drop_refs` itself.
+ * Otherwise the task is not touched again and the references went in the
+ * same CAS (never the last: the registry holds one until it sees COMPLETE,
+ * and a blocking job's caller passes 0). */
+static inline bool rt__task_state_complete(rt_task *t, bool cancelled, uint64_t drop_refs)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        uint64_t next = (s & ~(RT__TASK_RUNNING | RT__TASK_NOTIFIED)) | RT__TASK_COMPLETE;
+        if (cancelled)
+            next |= RT__TASK_CANCELLED;
+        else
+            next &= ~RT__TASK_CANCELLED;
+        bool joiner = (s & RT__TASK_JOIN_INTEREST) && (s & RT__TASK_JOIN_WAKER);
+        if (!joiner)
+            next -= drop_refs * RT__TASK_REF_ONE;
+        if (rt__cas_u64(&t->state, &s, next))
+            return joiner;
+    }
+}
+
+/* join woken: the completer has woken the join waker and gives the field
+ * back by clearing JOIN_WAKER. True when the handle is already gone: the
+ * completer then drops the waker itself. */
+static inline bool rt__task_state_join_woken(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    while (!rt__cas_u64(&t->state, &s, s & ~RT__TASK_JOIN_WAKER))
+        ;
+    return !(s & RT__TASK_JOIN_INTEREST);
+}
+
+/* take the join waker back: the handle side clears JOIN_WAKER to replace the
+ * waker. False, changing nothing, once COMPLETE (the completer may be using
+ * the field). `s` is the caller's last reading of the word. */
+static inline bool rt__task_state_take_join_waker(rt_task *t, uint64_t s)
+{
+    for (;;) {
+        if (s & RT__TASK_COMPLETE)
+            return false;
+        if (rt__cas_u64(&t->state, &s, s & ~RT__TASK_JOIN_WAKER))
+            return true;
+    }
+}
+
+/* publish the join waker: the handle side sets JOIN_WAKER (release: the
+ * waker's bytes are visible to the completer, whose CAS reads the bit).
+ * False, changing nothing, once COMPLETE: the field stays the handle's. */
+static inline bool rt__task_state_publish_join_waker(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & RT__TASK_COMPLETE)
+            return false;
+        if (rt__cas_u64(&t->state, &s, s | RT__TASK_JOIN_WAKER))
+            return true;
+    }
+}
+
+/* release the handle: clears JOIN_INTEREST, and JOIN_WAKER unless COMPLETE.
+ * Returns the word before. When it was COMPLETE with JOIN_WAKER set, the
+ * completer is using the field and drops the waker itself; otherwise the
+ * caller does. The handle's reference is the caller's to drop. */
+static inline uint64_t rt__task_state_release_handle(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        uint64_t next = s & ~RT__TASK_JOIN_INTEREST;
+        if (!(s & RT__TASK_COMPLETE))
+            next &= ~RT__TASK_JOIN_WAKER;
+        if (rt__cas_u64(&t->state, &s, next))
+            return s;
+    }
+}
+
+/* What an abort found. */
+typedef enum rt__task_abort_result {
+    RT__TASK_ABORT_NONE,     /* already finished or cancelled: nothing done */
+    RT__TASK_ABORT_MARKED,   /* running or queued: dropped at the next step */
+    RT__TASK_ABORT_SCHEDULE, /* idle: NOTIFIED and a queue reference added */
+} rt__task_abort_result;
+
+/* abort: sets CANCELLED. A running or queued task is dropped by its worker
+ * after the poll or at the pop; an idle one is made NOTIFIED with a queue
+ * reference so that the caller schedules it and a worker drops it. *prev
+ * receives the word before a successful change. */
+static inline rt__task_abort_result rt__task_state_abort(rt_task *t, uint64_t *prev)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & (RT__TASK_COMPLETE | RT__TASK_CANCELLED))
+            return RT__TASK_ABORT_NONE;
+        uint64_t next = s | RT__TASK_CANCELLED;
+        bool idle = !(s & (RT__TASK_RUNNING | RT__TASK_NOTIFIED));
+        if (idle)
+            next |= RT__TASK_NOTIFIED, next += RT__TASK_REF_ONE;
+        if (rt__cas_u64(&t->state, &s, next)) {
+            *prev = s;
+            return idle ? RT__TASK_ABORT_SCHEDULE : RT__TASK_ABORT_MARKED;
+        }
+    }
+}
+
+/* cancel a claim-free task: sets CANCELLED (a queued blocking job taken
+ * out of the pool's queue, then completed by the caller). */
+static inline void rt__task_state_set_cancelled(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    while (!rt__cas_u64(&t->state, &s, s | RT__TASK_CANCELLED))
+        ;
+}
+
+/* shutdown's claim: with no worker alive nobody else holds RUNNING, so
+ * shutdown takes it and sets CANCELLED. */
+static inline void rt__task_state_claim_for_shutdown(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    while (!rt__cas_u64(&t->state, &s, s | RT__TASK_RUNNING | RT__TASK_CANCELLED))
+        ;
+}
+
 /* What a task spawned with options keeps, just before its header in the
  * same allocation (so the header stays one cache line for every task). */
 typedef struct rt__task_ext {
