@@ -1,6 +1,9 @@
-/* What every black-box suite shares: sanitizer detection, the leak check run
- * after each test, and events to wait on instead of sleeping. Included by the
- * test files only. */
+/* What the black-box suites share: sanitizer detection, the leak check run
+ * after each test, time units and deadlines, events to wait on instead of
+ * sleeping, runtimes made and finished with checks, user wakers that count or
+ * signal, a gate a task waits behind, the simplest futures, and descriptor
+ * helpers. Included by the test files only; support.c, linked into every
+ * suite executable, has the functions. */
 #ifndef RT_TESTS_SUPPORT_H
 #define RT_TESTS_SUPPORT_H
 
@@ -10,9 +13,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <time.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -48,6 +55,21 @@ static inline void fail_on_leaks(void)
 #endif
 }
 
+/* ---- time --------------------------------------------------------------- */
+
+#define MS (1000000LL)
+#define SEC (1000000000LL)
+
+/* Seconds any wait for an event may take before the test reports a hang. */
+#define EVENT_DEADLINE_S 30
+/* The same bound, for rt_task_wait calls that must not hang the suite. */
+#define WAIT_DEADLINE_NS (30LL * SEC)
+
+/* CPU time this process has used so far, in nanoseconds. */
+int64_t process_cpu_ns(void);
+
+/* ---- events ------------------------------------------------------------- */
+
 /* A counter that one thread bumps and another waits on, so that tests wait on
  * events instead of sleeping. */
 struct event {
@@ -70,25 +92,7 @@ static inline void event_signal(struct event *e)
 
 /* Waits until the event has been signalled at least `target` times; false
  * when that did not happen within `ms` milliseconds. */
-static inline bool event_wait_for_ms(struct event *e, unsigned long target, long ms)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += ms / 1000;
-    deadline.tv_nsec += (ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&e->mu);
-    while (e->count < target) {
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &deadline) == ETIMEDOUT)
-            break;
-    }
-    bool reached = e->count >= target;
-    pthread_mutex_unlock(&e->mu);
-    return reached;
-}
+bool event_wait_for_ms(struct event *e, unsigned long target, long ms);
 
 /* The same in whole seconds. */
 static inline bool event_wait_for_s(struct event *e, unsigned long target, int seconds)
@@ -96,7 +100,7 @@ static inline bool event_wait_for_s(struct event *e, unsigned long target, int s
     return event_wait_for_ms(e, target, (long)seconds * 1000);
 }
 
-/* The same within the including file's EVENT_DEADLINE_S. */
+/* The same within EVENT_DEADLINE_S. */
 #define event_wait_for(e, target) event_wait_for_s((e), (target), EVENT_DEADLINE_S)
 
 /* How many times the event has been signalled so far. */
@@ -121,85 +125,62 @@ static inline rt_poll announce(rt_poll p, bool *announced, struct event *e)
     return p;
 }
 
-#ifdef TEST_WANT_COUNTING_WAKER
-#include <stdatomic.h>
+/* Passes a poll result through, signalling `e` every time it is RT_PENDING:
+ * the waker has been stored by then, so a test that acts on the signal always
+ * wakes the task. */
+static inline rt_poll note_pending(rt_poll p, struct event *e)
+{
+    if (p == RT_PENDING)
+        event_signal(e);
+    return p;
+}
+
+/* ---- wakers ------------------------------------------------------------- */
+
+/* A context around the no-op waker, for polling by hand. */
+static inline rt_context noop_context(void)
+{
+    return rt_context_from_waker(rt_waker_noop());
+}
 
 /* A user waker that counts what is done to it and signals an event on every
  * wake. It keeps no real reference count; the counters let a test check that
- * every reference the library took was given back. */
+ * every reference the library took was given back. When `watched` is set,
+ * each wake also counts whether that task was still unfinished. */
 struct counting_waker {
     atomic_long clones;
     atomic_long drops;
     atomic_long wakes_by_value;
     atomic_long wakes_by_ref;
     struct event woken;
+    _Atomic(rt_task *) watched;
+    atomic_long wakes_before_finish;
 };
 
-static const rt_waker_vtable counting_waker_vtable;
+/* clang-format off */
+#define COUNTING_WAKER_INIT {0, 0, 0, 0, EVENT_INIT, NULL, 0}
+/* clang-format on */
 
-static inline rt_waker counting_clone(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->clones, 1);
-    rt_waker out = {&counting_waker_vtable, data};
-    return out;
-}
+/* The vtable of every counting waker, and its four functions. */
+extern const rt_waker_vtable counting_waker_vtable;
+rt_waker counting_waker_clone(const void *data);
+void counting_waker_wake(const void *data);
+void counting_waker_wake_by_ref(const void *data);
+void counting_waker_drop(const void *data);
 
-static inline void counting_wake(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->wakes_by_value, 1);
-    event_signal(&w->woken);
-}
+void counting_waker_init(struct counting_waker *w);
 
-static inline void counting_wake_by_ref(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->wakes_by_ref, 1);
-    event_signal(&w->woken);
-}
+/* The waker whose data is w (the caller's value: not counted as a clone). */
+rt_waker make_counting_waker(struct counting_waker *w);
 
-static inline void counting_drop(const void *data)
-{
-    struct counting_waker *w = (struct counting_waker *)data;
-    atomic_fetch_add(&w->drops, 1);
-}
-
-static const rt_waker_vtable counting_waker_vtable = {
-    counting_clone,
-    counting_wake,
-    counting_wake_by_ref,
-    counting_drop,
-};
-
-static inline void counting_waker_init(struct counting_waker *w)
-{
-    atomic_init(&w->clones, 0);
-    atomic_init(&w->drops, 0);
-    atomic_init(&w->wakes_by_value, 0);
-    atomic_init(&w->wakes_by_ref, 0);
-    pthread_mutex_init(&w->woken.mu, NULL);
-    pthread_cond_init(&w->woken.cv, NULL);
-    w->woken.count = 0;
-}
-
-static inline rt_context counting_context(struct counting_waker *w)
-{
-    rt_waker waker = {&counting_waker_vtable, w};
-    return rt_context_from_waker(waker);
-}
+/* A context around that waker. */
+rt_context counting_context(struct counting_waker *w);
 
 /* References the library took (clones) and has not given back yet. */
-static inline long counting_outstanding(struct counting_waker *w)
-{
-    return atomic_load(&w->clones) - atomic_load(&w->drops) - atomic_load(&w->wakes_by_value);
-}
+long counting_outstanding(struct counting_waker *w);
 
 /* Wakes of either kind so far. */
-static inline long counting_wakes(struct counting_waker *w)
-{
-    return atomic_load(&w->wakes_by_value) + atomic_load(&w->wakes_by_ref);
-}
+long counting_wakes(struct counting_waker *w);
 
 /* A hand-held poll context around a counting waker, for polling operations
  * on the test thread. */
@@ -208,14 +189,107 @@ struct hand {
     rt_context cx;
 };
 
-static inline void hand_init(struct hand *h)
-{
-    counting_waker_init(&h->w);
-    h->cx = counting_context(&h->w);
-}
-#endif
+void hand_init(struct hand *h);
 
-#ifdef TEST_WANT_DRAIN_READER
+/* A user waker whose data is a struct event: every wake signals it. It keeps
+ * no reference count, so clone and drop are free. */
+extern const rt_waker_vtable event_waker_vtable;
+
+/* A context around the event waker of e. */
+rt_context event_context(struct event *e);
+
+/* ---- a gate ------------------------------------------------------------- */
+
+/* A door a task waits behind. While it is shut the task's poll stores a clone
+ * of its waker here and returns RT_PENDING; opening it wakes that waker. */
+struct gate {
+    pthread_mutex_t mu;
+    bool open;
+    bool has_waiter;
+    rt_waker waiter;
+};
+
+/* clang-format off */
+#define GATE_INIT {PTHREAD_MUTEX_INITIALIZER, false, false, {NULL, NULL}}
+/* clang-format on */
+
+void gate_init(struct gate *g);
+
+/* Returns true when the gate is open; otherwise registers cx's waker. */
+bool gate_pass(struct gate *g, rt_context *cx);
+
+void gate_open(struct gate *g);
+
+/* Releases a waker the gate may still hold (a task aborted or cancelled while
+ * waiting leaves one behind). */
+void gate_clear(struct gate *g);
+
+/* ---- the simplest futures ----------------------------------------------- */
+
+/* Counters of the futures below; each test runs in its own process, so they
+ * start at zero in every test. */
+extern atomic_int polls;
+extern atomic_int drops;
+extern struct event polled;
+extern struct event dropped;
+
+/* Finishes at once with a NULL result. */
+rt_poll trivial_poll(void *state, rt_context *cx, void **out);
+
+/* Never finishes and stores no waker: only an abort or shutdown ends it.
+ * Counts its polls in `polls` and signals `polled`. */
+rt_poll never_poll(void *state, rt_context *cx, void **out);
+
+/* A drop function that counts in `drops` and signals `dropped`. */
+void counting_drop(void *state);
+
+/* The other task of the cooperative-budget tests: it records in
+ * budget_other_ran that it has run. */
+extern atomic_bool budget_other_ran;
+rt_poll budget_flag_poll(void *state, rt_context *cx, void **out);
+
+/* ---- runtimes ----------------------------------------------------------- */
+
+/* A runtime with the settings of *cfg, or the test fails. */
+rt_runtime *new_runtime_config(const rt_config *cfg);
+
+/* A runtime with `workers` workers and default settings, or the test fails. */
+rt_runtime *new_runtime(unsigned workers);
+
+/* A runtime with `workers` workers and the given cooperative budget (< 0:
+ * the default), or the test fails. */
+rt_runtime *new_runtime_budget(unsigned workers, int budget);
+
+/* Shuts the runtime down, checks how many tasks shutdown cancelled (negative:
+ * unchecked) and that none is alive, and returns the final, exact totals. The
+ * caller may read per-worker figures before freeing the runtime. */
+rt_metrics shut_down(rt_runtime *rt, int expected_cancelled);
+
+/* shut_down, then hands the totals to the caller when `final` is not NULL,
+ * and frees the runtime. */
+void finish_runtime_metrics(rt_runtime *rt, int expected_cancelled, rt_metrics *final);
+
+/* Every test that makes a runtime ends here (or in finish_runtime_metrics). */
+void finish_runtime(rt_runtime *rt, int expected_cancelled);
+
+/* True when every worker's metrics say it is asleep right now: it went to
+ * sleep once more than it was woken. */
+bool all_workers_parked(rt_runtime *rt);
+
+/* The one sanctioned polling loop: being parked is a state with no event to
+ * wait on, so this waits with short sleeps and a generous bound until every
+ * worker is parked. */
+bool wait_all_workers_parked(rt_runtime *rt);
+
+/* ---- descriptors -------------------------------------------------------- */
+
+/* Open descriptors of this process (the directory's own one included, the
+ * same in every count). */
+int count_fds(void);
+
+/* A non-blocking pipe: fds[0] read end, fds[1] write end. */
+void make_pipe(int fds[2]);
+
 /* A task that reads its descriptor one byte at a time until the end of the
  * stream, signalling `each_byte` (if not NULL) after every byte. Returns the
  * last read's result: 0 at the end of the stream, or a negative errno. */
@@ -227,97 +301,11 @@ struct drain_reader {
     unsigned char byte;
 };
 
-static inline rt_poll drain_reader_poll(void *state, rt_context *cx, void **out)
-{
-    struct drain_reader *r = state;
-    RT_CORO_BEGIN(&r->co);
-    for (;;) {
-        RT_AWAIT(&r->co, rt_io_read(r->io, cx, &r->byte, 1, &r->result));
-        if (r->result <= 0)
-            break;
-        if (r->each_byte != NULL)
-            event_signal(r->each_byte);
-    }
-    RT_RETURN(&r->co, out, (intptr_t)r->result);
-    RT_CORO_END(&r->co, out);
-}
-#endif
+rt_poll drain_reader_poll(void *state, rt_context *cx, void **out);
 
-#ifndef TEST_OWN_NEW_RUNTIME
-/* A runtime with `workers` workers and default settings, or the test fails. */
-static inline rt_runtime *new_runtime(unsigned workers)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
-#endif
+/* ---- sorting ------------------------------------------------------------ */
 
-/* A runtime with `workers` workers and the given cooperative budget (< 0:
- * the default), or the test fails. */
-static inline rt_runtime *new_runtime_budget(unsigned workers, int budget)
-{
-    rt_config cfg;
-    rt_config_init(&cfg);
-    cfg.workers = workers;
-    if (budget >= 0)
-        cfg.budget = (unsigned)budget;
-    rt_runtime *rt = NULL;
-    int rc = rt_runtime_new(&cfg, &rt);
-    cr_assert_eq(rc, 0, "rt_runtime_new failed: %s", rt_strerror(rc));
-    cr_assert_not_null(rt);
-    return rt;
-}
-
-#ifndef TEST_OWN_FINISH_RUNTIME
-/* Every test that makes a runtime ends here: shuts it down, checks how many
- * tasks shutdown cancelled (negative: unchecked) and that none is alive, and
- * frees it. */
-static inline void finish_runtime(rt_runtime *rt, int expected_cancelled)
-{
-    int cancelled = rt_runtime_shutdown(rt);
-    cr_assert_geq(cancelled, 0, "rt_runtime_shutdown failed: %s", rt_strerror(cancelled));
-    if (expected_cancelled >= 0)
-        cr_assert_eq(cancelled, expected_cancelled, "shutdown cancelled %d tasks, expected %d",
-                     cancelled, expected_cancelled);
-    rt_metrics m;
-    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
-    cr_assert_eq(m.alive, 0, "%llu tasks still alive after shutdown", (unsigned long long)m.alive);
-    cr_assert_eq(rt_runtime_free(rt), 0);
-}
-#endif
-
-/* True when every worker's metrics say it is asleep right now: it went to
- * sleep once more than it was woken. */
-static inline bool all_workers_parked(rt_runtime *rt)
-{
-    unsigned n = rt_runtime_workers(rt);
-    for (unsigned i = 0; i < n; i++) {
-        rt_worker_metrics wm;
-        cr_assert_eq(rt_worker_metrics_read(rt, i, &wm, sizeof wm), 0);
-        if (wm.parks != wm.unparks + 1)
-            return false;
-    }
-    return true;
-}
-
-/* The one sanctioned polling loop: being parked is a state with no event to
- * wait on, so this waits with short sleeps and a generous bound until every
- * worker is parked. */
-static inline bool wait_all_workers_parked(rt_runtime *rt)
-{
-    const struct timespec step = {0, 1000000}; /* 1 ms */
-    for (int i = 0; i < 10000; i++) {
-        if (all_workers_parked(rt))
-            return true;
-        nanosleep(&step, NULL);
-    }
-    return false;
-}
+/* qsort's comparison of two uint64_t. */
+int compare_u64(const void *a, const void *b);
 
 #endif

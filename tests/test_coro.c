@@ -19,74 +19,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* Seconds any wait for an event may take before the test reports a hang. */
-#define EVENT_DEADLINE_S 30
-
 TestSuite(coro, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* A user waker that counts its calls and signals an event on each wake-up,
- * so the test thread can act as a tiny executor. */
-struct counting_target {
-    atomic_int clones;
-    atomic_int wakes;
-    atomic_int wake_by_refs;
-    atomic_int drops;
-    struct event woken;
-};
-
-/* clang-format off */
-#define COUNTING_TARGET_INIT {0, 0, 0, 0, EVENT_INIT}
-/* clang-format on */
-
-static const rt_waker_vtable counting_vtable;
-
-static rt_waker counting_clone(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->clones, 1);
-    rt_waker w = {&counting_vtable, data};
-    return w;
-}
-
-static void counting_wake(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->wakes, 1);
-    event_signal(&t->woken);
-}
-
-static void counting_wake_by_ref(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->wake_by_refs, 1);
-    event_signal(&t->woken);
-}
-
-static void counting_drop(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->drops, 1);
-}
-
-static const rt_waker_vtable counting_vtable = {
-    counting_clone,
-    counting_wake,
-    counting_wake_by_ref,
-    counting_drop,
-};
-
-static rt_context counting_context(struct counting_target *t)
-{
-    rt_waker w = {&counting_vtable, t};
-    return rt_context_from_waker(w);
-}
-
-static int counting_outstanding(struct counting_target *t)
-{
-    return atomic_load(&t->clones) - atomic_load(&t->wakes) - atomic_load(&t->drops);
-}
 
 /* A poll-style countdown for RT_AWAIT: pending (after a self wake-up, like a
  * yield) until *remaining reaches zero. */
@@ -122,20 +57,20 @@ static rt_poll two_yields_poll(void *p, rt_context *cx, void **out)
 
 Test(coro, yields_resume_after_the_yield_and_wake_the_context_each_time)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
+    struct counting_waker t = COUNTING_WAKER_INIT;
     rt_context cx = counting_context(&t);
     struct two_yields s = {{0}, 0};
     void *out = (void *)(uintptr_t)1;
 
     cr_assert_eq(two_yields_poll(&s, &cx, &out), RT_PENDING);
     cr_assert_eq(s.step, 1);
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 1, "RT_YIELD must wake the context by reference");
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 1, "RT_YIELD must wake the context by reference");
     cr_assert_neq(s.co.line, 0);
     cr_assert_neq(s.co.line, RT_CORO_DONE);
 
     cr_assert_eq(two_yields_poll(&s, &cx, &out), RT_PENDING);
     cr_assert_eq(s.step, 2, "the second poll must resume after the first yield");
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 2);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 2);
 
     cr_assert_eq(two_yields_poll(&s, &cx, &out), RT_READY);
     cr_assert_eq(s.step, 3);
@@ -143,8 +78,9 @@ Test(coro, yields_resume_after_the_yield_and_wake_the_context_each_time)
     cr_assert_eq(s.co.line, RT_CORO_DONE);
 
     /* A yield wakes by reference only: nothing is cloned, consumed or dropped. */
-    cr_assert_eq(atomic_load(&t.clones) + atomic_load(&t.wakes) + atomic_load(&t.drops), 0);
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 2);
+    cr_assert_eq(atomic_load(&t.clones) + atomic_load(&t.wakes_by_value) + atomic_load(&t.drops),
+                 0);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 2);
 }
 
 Test(coro, finished_coroutine_polled_again_reports_ready_with_a_null_result)
@@ -211,7 +147,7 @@ static rt_poll awaits_countdown_poll(void *p, rt_context *cx, void **out)
 
 Test(coro, await_re_evaluates_only_its_poll_expression_until_ready)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
+    struct counting_waker t = COUNTING_WAKER_INIT;
     rt_context cx = counting_context(&t);
     struct awaits_countdown s = {{0}, 3, 0, 0};
     void *out = NULL;
@@ -224,18 +160,18 @@ Test(coro, await_re_evaluates_only_its_poll_expression_until_ready)
     cr_assert_eq(awaits_countdown_poll(&s, &cx, &out), RT_READY);
     cr_assert_eq(s.remaining, 0);
     cr_assert_eq(out, (void *)(uintptr_t)101);
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 3);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 3);
 }
 
 Test(coro, await_of_an_already_ready_expression_does_not_suspend)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
+    struct counting_waker t = COUNTING_WAKER_INIT;
     rt_context cx = counting_context(&t);
     struct awaits_countdown s = {{0}, 0, 0, 0};
     void *out = NULL;
     cr_assert_eq(awaits_countdown_poll(&s, &cx, &out), RT_READY);
     cr_assert_eq(out, (void *)(uintptr_t)101);
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 0);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 0);
 }
 
 struct await_loop {
@@ -447,15 +383,6 @@ Test(coro, documented_fetch_example_returns_the_childs_value)
 
 static atomic_int never_drops;
 
-/* Never finishes and stores no waker: only an abort or shutdown ends it. */
-static rt_poll never_poll(void *p, rt_context *cx, void **out)
-{
-    (void)p;
-    (void)cx;
-    (void)out;
-    return RT_PENDING;
-}
-
 static void never_drop(void *p)
 {
     (void)p;
@@ -527,7 +454,7 @@ static rt_poll hand_driven_poll(void *p, rt_context *cx, void **out)
 
 Test(coro, coroutine_driven_by_hand_with_a_counting_waker_awaits_a_runtime_task)
 {
-    static struct counting_target target = COUNTING_TARGET_INIT;
+    static struct counting_waker target = COUNTING_WAKER_INIT;
     rt_runtime *rt = new_runtime(2);
     rt_context cx = counting_context(&target);
     struct hand_driven s = {{0}, rt, NULL, -1, NULL, 12345};

@@ -20,161 +20,25 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* Seconds any wait for an event may take before the test reports a hang. */
-#define EVENT_DEADLINE_S 30
-
 TestSuite(future, .timeout = 120, .fini = fail_on_leaks);
-
-/* ---- helpers ----------------------------------------------------------- */
-
-/* A door a task waits behind. While it is shut the task's poll stores a clone
- * of its waker here and returns RT_PENDING; opening it wakes that waker. */
-struct gate {
-    pthread_mutex_t mu;
-    bool open;
-    bool has_waiter;
-    rt_waker waiter;
-};
-
-/* clang-format off */
-#define GATE_INIT {PTHREAD_MUTEX_INITIALIZER, false, false, {NULL, NULL}}
-/* clang-format on */
-
-/* Returns true when the gate is open; otherwise registers cx's waker. */
-static bool gate_pass(struct gate *g, rt_context *cx)
-{
-    bool open;
-    rt_waker stale = rt_waker_noop();
-    pthread_mutex_lock(&g->mu);
-    open = g->open;
-    if (!open && (!g->has_waiter || !rt_waker_will_wake(&g->waiter, rt_context_waker(cx)))) {
-        if (g->has_waiter)
-            stale = g->waiter;
-        g->waiter = rt_waker_clone(rt_context_waker(cx));
-        g->has_waiter = true;
-    }
-    pthread_mutex_unlock(&g->mu);
-    rt_waker_drop(&stale);
-    return open;
-}
-
-static void gate_open(struct gate *g)
-{
-    rt_waker w = rt_waker_noop();
-    pthread_mutex_lock(&g->mu);
-    g->open = true;
-    if (g->has_waiter) {
-        w = g->waiter;
-        g->has_waiter = false;
-    }
-    pthread_mutex_unlock(&g->mu);
-    rt_waker_wake(&w);
-}
-
-/* Releases a waker the gate may still hold (a task aborted or cancelled while
- * waiting leaves one behind). */
-static void gate_clear(struct gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    if (g->has_waiter) {
-        rt_waker_drop(&g->waiter);
-        g->has_waiter = false;
-    }
-    pthread_mutex_unlock(&g->mu);
-}
-
-/* A user-defined waker target that counts every vtable call. The caller's own
- * waker value is not counted as a reference, so after everybody has released
- * what they cloned, clones == wakes + drops. */
-struct counting_target {
-    atomic_int clones;
-    atomic_int wakes;
-    atomic_int wake_by_refs;
-    atomic_int drops;
-    /* Signalled on every wake and wake_by_ref. */
-    struct event woken;
-    /* When set, each wake records whether this task was already finished. */
-    _Atomic(rt_task *) watched;
-    atomic_int wakes_before_finish;
-};
-
-/* clang-format off */
-#define COUNTING_TARGET_INIT {0, 0, 0, 0, EVENT_INIT, NULL, 0}
-/* clang-format on */
-
-static const rt_waker_vtable counting_vtable;
-
-static rt_waker counting_clone(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->clones, 1);
-    rt_waker w = {&counting_vtable, data};
-    return w;
-}
-
-static void counting_note_wake(struct counting_target *t)
-{
-    rt_task *watched = atomic_load(&t->watched);
-    if (watched != NULL && !rt_task_is_finished(watched))
-        atomic_fetch_add(&t->wakes_before_finish, 1);
-    event_signal(&t->woken);
-}
-
-static void counting_wake(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->wakes, 1);
-    counting_note_wake(t);
-}
-
-static void counting_wake_by_ref(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->wake_by_refs, 1);
-    counting_note_wake(t);
-}
-
-static void counting_drop(const void *data)
-{
-    struct counting_target *t = (struct counting_target *)data;
-    atomic_fetch_add(&t->drops, 1);
-}
-
-static const rt_waker_vtable counting_vtable = {
-    counting_clone,
-    counting_wake,
-    counting_wake_by_ref,
-    counting_drop,
-};
-
-static rt_waker counting_waker(struct counting_target *t)
-{
-    rt_waker w = {&counting_vtable, t};
-    return w;
-}
-
-/* References handed out by clone and not yet given back by wake or drop. */
-static int counting_outstanding(struct counting_target *t)
-{
-    return atomic_load(&t->clones) - atomic_load(&t->wakes) - atomic_load(&t->drops);
-}
 
 /* ---- the helper functions on a user-defined waker ------------------------ */
 
 Test(future, clone_calls_the_vtable_clone_once_and_targets_the_same_data)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
-    rt_waker original = counting_waker(&t);
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_waker original = make_counting_waker(&t);
 
     rt_waker copy = rt_waker_clone(&original);
 
     cr_assert_eq(atomic_load(&t.clones), 1);
-    cr_assert_eq(atomic_load(&t.wakes) + atomic_load(&t.wake_by_refs) + atomic_load(&t.drops), 0,
-                 "cloning must not wake or drop");
-    cr_assert_eq(copy.vtable, &counting_vtable);
+    cr_assert_eq(atomic_load(&t.wakes_by_value) + atomic_load(&t.wakes_by_ref) +
+                     atomic_load(&t.drops),
+                 0, "cloning must not wake or drop");
+    cr_assert_eq(copy.vtable, &counting_waker_vtable);
     cr_assert_eq(copy.data, (const void *)&t);
     /* The original is untouched by cloning. */
-    cr_assert_eq(original.vtable, &counting_vtable);
+    cr_assert_eq(original.vtable, &counting_waker_vtable);
     cr_assert_eq(original.data, (const void *)&t);
     rt_waker_drop(&copy);
     cr_assert_eq(counting_outstanding(&t), 0);
@@ -182,37 +46,37 @@ Test(future, clone_calls_the_vtable_clone_once_and_targets_the_same_data)
 
 Test(future, wake_calls_the_vtable_wake_once_and_leaves_the_noop_waker)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
-    rt_waker original = counting_waker(&t);
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_waker original = make_counting_waker(&t);
     rt_waker w = rt_waker_clone(&original);
 
     rt_waker_wake(&w);
 
-    cr_assert_eq(atomic_load(&t.wakes), 1);
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 0);
+    cr_assert_eq(atomic_load(&t.wakes_by_value), 1);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 0);
     cr_assert_eq(atomic_load(&t.drops), 0, "wake consumes the reference itself; no extra drop");
     cr_assert(rt_waker_is_noop(&w), "a consumed waker must be left as the no-op waker");
     cr_assert_eq(counting_outstanding(&t), 0);
 
     /* Waking the consumed (now no-op) value again must not reach the target. */
     rt_waker_wake(&w);
-    cr_assert_eq(atomic_load(&t.wakes), 1);
+    cr_assert_eq(atomic_load(&t.wakes_by_value), 1);
 }
 
 Test(future, wake_by_ref_calls_the_vtable_wake_by_ref_and_keeps_the_waker)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
-    rt_waker original = counting_waker(&t);
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_waker original = make_counting_waker(&t);
     rt_waker w = rt_waker_clone(&original);
 
     rt_waker_wake_by_ref(&w);
     rt_waker_wake_by_ref(&w);
 
-    cr_assert_eq(atomic_load(&t.wake_by_refs), 2);
-    cr_assert_eq(atomic_load(&t.wakes), 0);
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 2);
+    cr_assert_eq(atomic_load(&t.wakes_by_value), 0);
     cr_assert_eq(atomic_load(&t.drops), 0);
     cr_assert_not(rt_waker_is_noop(&w), "wake_by_ref must leave the waker valid");
-    cr_assert_eq(w.vtable, &counting_vtable);
+    cr_assert_eq(w.vtable, &counting_waker_vtable);
     cr_assert_eq(w.data, (const void *)&t);
     cr_assert_eq(counting_outstanding(&t), 1);
 
@@ -222,14 +86,15 @@ Test(future, wake_by_ref_calls_the_vtable_wake_by_ref_and_keeps_the_waker)
 
 Test(future, drop_calls_the_vtable_drop_once_and_leaves_the_noop_waker)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
-    rt_waker original = counting_waker(&t);
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_waker original = make_counting_waker(&t);
     rt_waker w = rt_waker_clone(&original);
 
     rt_waker_drop(&w);
 
     cr_assert_eq(atomic_load(&t.drops), 1);
-    cr_assert_eq(atomic_load(&t.wakes) + atomic_load(&t.wake_by_refs), 0, "dropping must not wake");
+    cr_assert_eq(atomic_load(&t.wakes_by_value) + atomic_load(&t.wakes_by_ref), 0,
+                 "dropping must not wake");
     cr_assert(rt_waker_is_noop(&w));
 
     /* Dropping the no-op value left behind is safe and reaches nobody. */
@@ -240,14 +105,14 @@ Test(future, drop_calls_the_vtable_drop_once_and_leaves_the_noop_waker)
 
 Test(future, will_wake_compares_both_vtable_and_data)
 {
-    struct counting_target t1 = COUNTING_TARGET_INIT;
-    struct counting_target t2 = COUNTING_TARGET_INIT;
-    rt_waker a = counting_waker(&t1);
-    rt_waker same = counting_waker(&t1);
-    rt_waker other_data = counting_waker(&t2);
+    struct counting_waker t1 = COUNTING_WAKER_INIT;
+    struct counting_waker t2 = COUNTING_WAKER_INIT;
+    rt_waker a = make_counting_waker(&t1);
+    rt_waker same = make_counting_waker(&t1);
+    rt_waker other_data = make_counting_waker(&t2);
     /* Same data under a different vtable is a different target. */
-    static const rt_waker_vtable other_vtable = {counting_clone, counting_wake,
-                                                 counting_wake_by_ref, counting_drop};
+    static const rt_waker_vtable other_vtable = {counting_waker_clone, counting_waker_wake,
+                                                 counting_waker_wake_by_ref, counting_waker_drop};
     rt_waker other_vtable_waker = {&other_vtable, &t1};
     rt_waker noop = rt_waker_noop();
 
@@ -258,15 +123,15 @@ Test(future, will_wake_compares_both_vtable_and_data)
     cr_assert_not(rt_waker_will_wake(&a, &noop));
     cr_assert_not(rt_waker_will_wake(&noop, &a));
     /* will_wake only compares; it takes or gives no reference. */
-    cr_assert_eq(atomic_load(&t1.clones) + atomic_load(&t1.drops) + atomic_load(&t1.wakes) +
-                     atomic_load(&t1.wake_by_refs),
+    cr_assert_eq(atomic_load(&t1.clones) + atomic_load(&t1.drops) +
+                     atomic_load(&t1.wakes_by_value) + atomic_load(&t1.wakes_by_ref),
                  0);
 }
 
 Test(future, noop_waker_is_recognised_and_every_operation_on_it_is_harmless)
 {
-    struct counting_target t = COUNTING_TARGET_INIT;
-    rt_waker user = counting_waker(&t);
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_waker user = make_counting_waker(&t);
     rt_waker noop = rt_waker_noop();
     rt_waker noop2 = rt_waker_noop();
 
@@ -313,7 +178,7 @@ static rt_poll gated_value_poll(void *state, rt_context *cx, void **out)
 Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
 {
     static struct gate gate = GATE_INIT;
-    static struct counting_target target = COUNTING_TARGET_INIT;
+    static struct counting_waker target = COUNTING_WAKER_INIT;
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x1234};
     rt_task *task = NULL;
@@ -322,7 +187,7 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
 
     /* The gate is shut, so the task cannot have finished: the join must store
      * the user waker and report RT_PENDING. */
-    rt_context cx = rt_context_from_waker(counting_waker(&target));
+    rt_context cx = rt_context_from_waker(make_counting_waker(&target));
     void *value = NULL;
     int status = 12345;
     cr_assert_eq(rt_task_join(task, &cx, &value, &status), RT_PENDING);
@@ -342,7 +207,7 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
 
     finish_runtime(rt, 0);
     /* Whatever the runtime cloned from the user waker it has given back. */
-    cr_assert_eq(counting_outstanding(&target), 0, "runtime leaked %d user waker references",
+    cr_assert_eq(counting_outstanding(&target), 0, "runtime leaked %ld user waker references",
                  counting_outstanding(&target));
     gate_clear(&gate);
 }
@@ -350,15 +215,15 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
 Test(future, join_polled_with_a_second_user_waker_wakes_that_one_and_releases_the_first)
 {
     static struct gate gate = GATE_INIT;
-    static struct counting_target first = COUNTING_TARGET_INIT;
-    static struct counting_target second = COUNTING_TARGET_INIT;
+    static struct counting_waker first = COUNTING_WAKER_INIT;
+    static struct counting_waker second = COUNTING_WAKER_INIT;
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)77};
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
 
-    rt_context cx1 = rt_context_from_waker(counting_waker(&first));
-    rt_context cx2 = rt_context_from_waker(counting_waker(&second));
+    rt_context cx1 = rt_context_from_waker(make_counting_waker(&first));
+    rt_context cx2 = rt_context_from_waker(make_counting_waker(&second));
     void *value = NULL;
     cr_assert_eq(rt_task_join(task, &cx1, &value, NULL), RT_PENDING);
     /* A later poll with another waker replaces the one to wake, as a Rust
@@ -379,8 +244,8 @@ Test(future, join_polled_with_a_second_user_waker_wakes_that_one_and_releases_th
 Test(future, join_of_a_finished_task_is_ready_at_once_and_keeps_no_reference)
 {
     static struct gate gate = GATE_INIT;
-    static struct counting_target waiting = COUNTING_TARGET_INIT;
-    static struct counting_target late = COUNTING_TARGET_INIT;
+    static struct counting_waker waiting = COUNTING_WAKER_INIT;
+    static struct counting_waker late = COUNTING_WAKER_INIT;
     rt_runtime *rt = new_runtime(1);
     struct gated_value state = {&gate, (void *)(uintptr_t)5};
     rt_task *task = NULL;
@@ -388,13 +253,13 @@ Test(future, join_of_a_finished_task_is_ready_at_once_and_keeps_no_reference)
 
     /* Use one join poll only to learn, by its wake-up, that the task finished
      * while we still hold the handle. */
-    rt_context cx_waiting = rt_context_from_waker(counting_waker(&waiting));
+    rt_context cx_waiting = rt_context_from_waker(make_counting_waker(&waiting));
     cr_assert_eq(rt_task_join(task, &cx_waiting, NULL, NULL), RT_PENDING);
     gate_open(&gate);
     cr_assert(event_wait_for(&waiting.woken, 1));
     cr_assert(rt_task_is_finished(task));
 
-    rt_context cx_late = rt_context_from_waker(counting_waker(&late));
+    rt_context cx_late = rt_context_from_waker(make_counting_waker(&late));
     void *value = NULL;
     int status = -1;
     cr_assert_eq(rt_task_join(task, &cx_late, &value, &status), RT_READY);
@@ -402,7 +267,7 @@ Test(future, join_of_a_finished_task_is_ready_at_once_and_keeps_no_reference)
     cr_assert_eq(status, 0);
     cr_assert_eq(counting_outstanding(&late), 0,
                  "a join that is ready at once must not keep the waker");
-    cr_assert_eq(atomic_load(&late.wakes) + atomic_load(&late.wake_by_refs), 0);
+    cr_assert_eq(atomic_load(&late.wakes_by_value) + atomic_load(&late.wakes_by_ref), 0);
 
     finish_runtime(rt, 0);
     cr_assert_eq(counting_outstanding(&waiting), 0);
@@ -456,14 +321,6 @@ static rt_poll clone_then_pend_poll(void *state, rt_context *cx, void **out)
         event_signal(&stash.stored);
     }
     return RT_PENDING;
-}
-
-static rt_poll trivial_poll(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    *out = NULL;
-    return RT_READY;
 }
 
 Test(future, task_waker_clones_outlive_the_task_and_waking_them_does_not_poll_it_again)

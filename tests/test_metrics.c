@@ -8,7 +8,6 @@
 
 #include <asyncrt.h>
 
-#define TEST_OWN_FINISH_RUNTIME /* this suite has its own, below */
 #include "support.h"
 
 #include <errno.h>
@@ -23,53 +22,14 @@
 #include <string.h>
 #include <time.h>
 
-/* Seconds any wait for an event may take before the test reports a hang. */
-#define EVENT_DEADLINE_S 30
-#define WAIT_DEADLINE_NS (30LL * 1000000000LL)
-
 TestSuite(metrics, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* Shuts the runtime down, checks how many tasks shutdown cancelled (negative:
- * unchecked) and that none is alive, and returns the final, exact totals.
- * The caller may read per-worker figures before calling free_runtime. */
-static rt_metrics shut_down(rt_runtime *rt, int expected_cancelled)
-{
-    int cancelled = rt_runtime_shutdown(rt);
-    cr_assert_geq(cancelled, 0, "rt_runtime_shutdown failed: %s", rt_strerror(cancelled));
-    if (expected_cancelled >= 0)
-        cr_assert_eq(cancelled, expected_cancelled, "shutdown cancelled %d tasks, expected %d",
-                     cancelled, expected_cancelled);
-    rt_metrics m;
-    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
-    cr_assert_eq(m.alive, 0, "%llu tasks still alive after shutdown", (unsigned long long)m.alive);
-    return m;
-}
-
+/* Frees a runtime after shut_down (support.h) and a look at its workers. */
 static void free_runtime(rt_runtime *rt)
 {
     cr_assert_eq(rt_runtime_free(rt), 0);
-}
-
-/* Every test ends here (or in shut_down + free_runtime). */
-static rt_metrics finish_runtime(rt_runtime *rt, int expected_cancelled)
-{
-    rt_metrics m = shut_down(rt, expected_cancelled);
-    free_runtime(rt);
-    return m;
-}
-
-static atomic_int polls;
-static atomic_int drops;
-static struct event polled = EVENT_INIT;
-static struct event dropped = EVENT_INIT;
-
-static void counting_drop(void *state)
-{
-    (void)state;
-    atomic_fetch_add(&drops, 1);
-    event_signal(&dropped);
 }
 
 /* Yields as many times as its state says, then finishes; counts polls. */
@@ -81,17 +41,6 @@ static rt_poll yielding_poll(void *state, rt_context *cx, void **out)
         return rt_yield(cx);
     *out = NULL;
     return RT_READY;
-}
-
-/* Never finishes and stores no waker: only an abort or shutdown ends it. */
-static rt_poll never_poll(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    (void)out;
-    atomic_fetch_add(&polls, 1);
-    event_signal(&polled);
-    return RT_PENDING;
 }
 
 /* Spawns that failed inside a task, checked by the test thread. */
@@ -131,7 +80,8 @@ Test(metrics, fresh_runtime_reports_its_workers_and_no_tasks)
         cr_assert_eq(wm.injector_batches, 0);
         cr_assert_leq(wm.steals, wm.steal_attempts);
     }
-    rt_metrics final = finish_runtime(rt, 0);
+    rt_metrics final;
+    finish_runtime_metrics(rt, 0, &final);
     cr_assert_eq(final.spawned, 0);
 }
 

@@ -29,17 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MS (1000000LL)
-
 TestSuite(null, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* A context around the no-op waker, for polling by hand. */
-static rt_context noop_context(void)
-{
-    return rt_context_from_waker(rt_waker_noop());
-}
 
 /* A future that finishes at once with 42. */
 static rt_poll ready_poll(void *state, rt_context *cx, void **out)
@@ -62,12 +54,6 @@ static rt_poll counting_pending_poll(void *state, rt_context *cx, void **out)
 static void *echo_job(void *arg)
 {
     return arg;
-}
-
-/* A non-blocking pipe: fds[0] read end, fds[1] write end. */
-static void make_pipe(int fds[2])
-{
-    cr_assert_eq(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
 }
 
 static void pause_ms(long ms)

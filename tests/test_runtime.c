@@ -26,10 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Seconds any wait for an event may take before the test reports a hang. */
-#define EVENT_DEADLINE_S 30
-#define WAIT_DEADLINE_NS (30LL * 1000000000LL)
-
 TestSuite(runtime, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -73,24 +69,6 @@ static int threads_named(const char *name)
     return n;
 }
 
-static atomic_int polls;
-static atomic_int drops;
-static struct event polled = EVENT_INIT;
-
-static void counting_drop(void *state)
-{
-    (void)state;
-    atomic_fetch_add(&drops, 1);
-}
-
-static rt_poll trivial_poll(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    *out = NULL;
-    return RT_READY;
-}
-
 /* Finishes with the pointer-sized value stored in its state. */
 static rt_poll value_poll(void *state, rt_context *cx, void **out)
 {
@@ -98,17 +76,6 @@ static rt_poll value_poll(void *state, rt_context *cx, void **out)
     atomic_fetch_add(&polls, 1);
     *out = *(void **)state;
     return RT_READY;
-}
-
-/* Never finishes and stores no waker: only an abort or shutdown ends it. */
-static rt_poll never_poll(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    (void)out;
-    atomic_fetch_add(&polls, 1);
-    event_signal(&polled);
-    return RT_PENDING;
 }
 
 /* Finishes with the runtime it runs on. */
@@ -545,13 +512,6 @@ Test(runtime, strerror_of_unknown_numbers_is_a_non_empty_string)
 }
 
 /* ---- parking ----------------------------------------------------------- */
-
-static int64_t process_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 Test(runtime, idle_workers_use_almost_no_cpu)
 {

@@ -1,0 +1,96 @@
+/* The loopback helpers and one-operation tasks of support_net.h, shared by
+ * the net suites. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "support_net.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+void loopback(int family, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    int rc = rt_net_addr(family == AF_INET6 ? "::1" : "127.0.0.1", port, ss, len);
+    cr_assert_eq(rc, 0, "rt_net_addr: %s", rt_strerror(rc));
+}
+
+uint16_t port_of(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+}
+
+bool same_endpoint(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family || port_of(a) != port_of(b))
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+rt_io *listen_loopback(rt_runtime *rt, int family, int backlog, struct sockaddr_storage *ss,
+                       socklen_t *len)
+{
+    struct sockaddr_storage any;
+    socklen_t any_len;
+    loopback(family, 0, &any, &any_len);
+    rt_io *l = NULL;
+    int rc = rt_tcp_listen(rt, (struct sockaddr *)&any, any_len, backlog, RT_NET_REUSEADDR, &l);
+    cr_assert_eq(rc, 0, "rt_tcp_listen: %s", rt_strerror(rc));
+    *len = 3; /* an output only: whatever it holds before does not matter */
+    rc = rt_net_local_addr(l, ss, len);
+    cr_assert_eq(rc, 0, "rt_net_local_addr: %s", rt_strerror(rc));
+    cr_assert_neq(port_of(ss), 0);
+    return l;
+}
+
+struct event op_pending = EVENT_INIT;
+
+struct one_op {
+    rt_coro co;
+    rt_io *io;
+    enum op_kind kind;
+    size_t len;
+    ssize_t result;
+    unsigned char buf[64];
+};
+
+static rt_poll one_op_poll(void *state, rt_context *cx, void **out)
+{
+    struct one_op *s = state;
+    RT_CORO_BEGIN(&s->co);
+    if (s->kind == OP_READ)
+        RT_AWAIT(&s->co,
+                 note_pending(rt_io_read(s->io, cx, s->buf, s->len, &s->result), &op_pending));
+    else
+        RT_AWAIT(&s->co,
+                 note_pending(rt_io_write(s->io, cx, s->buf, s->len, &s->result), &op_pending));
+    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    RT_CORO_END(&s->co, out);
+}
+
+rt_task *spawn_op(rt_runtime *rt, rt_io *io, enum op_kind kind, const void *data, size_t len)
+{
+    struct one_op s;
+    memset(&s, 0, sizeof s);
+    s.io = io;
+    s.kind = kind;
+    s.len = len;
+    if (data != NULL)
+        memcpy(s.buf, data, len);
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, one_op_poll, NULL, &s, &task), 0);
+    return task;
+}
+
+intptr_t wait_op(rt_task *task)
+{
+    void *value = NULL;
+    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &value);
+    cr_assert_eq(rc, 0, "the operation never finished: %s", rt_strerror(rc));
+    return (intptr_t)value;
+}

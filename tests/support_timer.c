@@ -1,0 +1,35 @@
+/* The sleeping task and the timed finish of support_timer.h, shared by the
+ * timer suites. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "support_timer.h"
+
+int64_t finish_runtime_timed(rt_runtime *rt, int expected_cancelled)
+{
+    int64_t t0 = rt_now_ns();
+    finish_runtime(rt, expected_cancelled);
+    return rt_now_ns() - t0;
+}
+
+rt_poll plain_sleep_poll(void *state, rt_context *cx, void **out)
+{
+    struct plain_sleep *p = state;
+    RT_CORO_BEGIN(&p->co);
+    if (rt_sleep_init(&p->s, NULL, p->duration) != 0)
+        RT_RETURN(&p->co, out, (intptr_t)-1);
+    p->armed = true;
+    RT_AWAIT(&p->co, rt_sleep_poll(&p->s, cx, &p->err));
+    rt_sleep_drop(&p->s);
+    p->armed = false;
+    RT_RETURN(&p->co, out, (intptr_t)p->err);
+    RT_CORO_END(&p->co, out);
+}
+
+void plain_sleep_drop(void *state)
+{
+    struct plain_sleep *p = state;
+    if (p->armed)
+        rt_sleep_drop(&p->s);
+    p->armed = false;
+}
