@@ -47,7 +47,6 @@
 /* data.ptr of the eventfd's registration: never a valid rt_io. */
 static char wakefd_marker;
 
-__thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
 
 /* Set once by the first ENOSYS from epoll_pwait2 (see reactor_wait); read
  * relaxed: it only ever goes from 0 to 1. */
@@ -529,7 +528,7 @@ static void *reactor_main(void *arg)
     struct epoll_event events[RT_REACTOR_EVENTS];
     /* Made by rt__reactor_start: the thread needs nothing it could fail to get. */
     rt__wake_batch *batch = r->batch;
-    rt__tls_reactor_cache = &r->cache;
+    rt__set_reactor_cache(&r->cache);
     bool napped = false; /* the last turn ended in a nap */
 
     for (;;) {
@@ -596,7 +595,7 @@ static void *reactor_main(void *arg)
          * often than its saved sleeps are worth (docs/design.md, "Tried and
          * rejected"). */
     }
-    rt__tls_reactor_cache = NULL;
+    rt__set_reactor_cache(NULL);
     rt__block_cache_clear(&r->cache);
     return NULL;
 }

@@ -93,8 +93,7 @@ unsigned rt__registry_cancel_all(rt__registry *r)
  * differs per thread and costs no system call. */
 rt__foreign_shard *rt__foreign_shard_of_thread(rt_runtime *rt)
 {
-    static __thread char marker;
-    uint64_t h = (uintptr_t)&marker;
+    uint64_t h = (uintptr_t)rt__thread_marker();
     h ^= h >> 17;
     h *= 0x9e3779b97f4a7c15ull;
     return &rt->foreign[(h >> 32) % rt->nforeign];

@@ -31,16 +31,6 @@ RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
     return rt != NULL ? rt->nworkers : 0;
 }
 
-/* The runtime this thread is shutting down, while shutdown runs drop
- * functions: a drop that calls back into shutdown, or blocks on a task that
- * shutdown has yet to cancel, would wait for itself. */
-static __thread rt_runtime *tls_shutting_down;
-
-bool rt__thread_in_shutdown(void)
-{
-    return tls_shutting_down != NULL;
-}
-
 static bool on_own_worker(const rt_runtime *rt)
 {
     rt__worker *w = rt__worker_current();
@@ -228,7 +218,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
 {
     if (rt == NULL)
         return -EINVAL;
-    if (on_own_worker(rt) || tls_shutting_down == rt)
+    if (on_own_worker(rt) || rt__thread_shutting_down() == rt)
         return -EDEADLK;
     pthread_mutex_lock(&rt->lifecycle_lock);
     if (rt->shut_down) {
@@ -248,7 +238,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     /* Cancel every task that has not finished. The counts stay readable:
      * the registries keep their `spawned` figures. */
     unsigned cancelled = 0;
-    tls_shutting_down = rt;
+    rt__set_thread_shutting_down(rt);
     for (unsigned i = 0; i < rt->nworkers; i++)
         cancelled += rt__registry_cancel_all(&rt->workers[i].registry);
     for (unsigned i = 0; i < rt->nforeign; i++) {
@@ -256,7 +246,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
         cancelled += rt__registry_cancel_all(&rt->foreign[i].registry);
         pthread_mutex_unlock(&rt->foreign[i].lock);
     }
-    tls_shutting_down = NULL;
+    rt__set_thread_shutting_down(NULL);
     rt__store_relaxed_u64(&rt->shutdown_cancelled, cancelled);
     /* Blocking jobs: the ones not started are cancelled, running ones get
      * until the deadline. Their joiners were cancelled above or are
@@ -278,7 +268,7 @@ RT_EXPORT int rt_runtime_free(rt_runtime *rt)
 {
     if (rt == NULL)
         return 0;
-    if (on_own_worker(rt) || tls_shutting_down == rt)
+    if (on_own_worker(rt) || rt__thread_shutting_down() == rt)
         return -EDEADLK;
     int err = rt_runtime_shutdown(rt);
     if (err < 0)

@@ -21,6 +21,7 @@
 #include "registry.h"
 #include "task_internal.h"
 #include "worker.h"
+#include "current.h"
 
 /* ---- Runtime ------------------------------------------------------------*/
 
@@ -122,9 +123,6 @@ void rt__scheduler_drain(rt_runtime *rt);
 bool rt__every_worker_unparked(rt_runtime *rt);
 
 
-/* True while this thread runs rt_runtime_shutdown's cancellation (inside a
- * drop function called by it). */
-bool rt__thread_in_shutdown(void);
 
 
 #endif

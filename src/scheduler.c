@@ -54,14 +54,6 @@
 /* Largest injector batch a worker takes at once. */
 #define RT_INJECTOR_BATCH 64
 
-__thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
-#define tls_worker rt__tls_worker
-
-RT_EXPORT rt_runtime *rt_current(void)
-{
-    return tls_worker != NULL ? tls_worker->rt : NULL;
-}
-
 static inline rt_task *task_of_node(struct cds_wfcq_node *node)
 {
     return caa_container_of(node, rt_task, node);
@@ -318,7 +310,7 @@ static void push_pinned_local(rt__worker *w, rt_task *t)
 static void schedule_pinned(rt_task *t, int pinned)
 {
     rt__worker *target = &t->rt->workers[pinned];
-    if (tls_worker == target) {
+    if (rt__worker_current() == target) {
         push_pinned_local(target, t);
         return;
     }
@@ -329,7 +321,7 @@ static void schedule_pinned(rt_task *t, int pinned)
 
 void rt__schedule(rt_task *t)
 {
-    rt__worker *w = tls_worker;
+    rt__worker *w = rt__worker_current();
     rt_runtime *rt = t->rt;
     int pinned = rt__task_pinned(t);
     if (rt__unlikely(pinned >= 0)) {
@@ -761,7 +753,7 @@ void *rt__worker_main(void *arg)
 {
     rt__worker *w = arg;
     rt_runtime *rt = w->rt;
-    tls_worker = w;
+    rt__set_current_worker(w);
     restart_check_window(w);
     while (!rt__load_acquire_u32(&rt->closing)) {
         rt_task *t = find_local_work(w);
@@ -801,7 +793,7 @@ void *rt__worker_main(void *arg)
         restart_check_window(w);
     }
     rt__timer_batch_flush(&w->rt->reactor, &w->timer_batch);
-    tls_worker = NULL;
+    rt__set_current_worker(NULL);
     return NULL;
 }
 

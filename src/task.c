@@ -352,12 +352,6 @@ RT_EXPORT const char *rt_task_current_name(void)
     return w != NULL && w->current != NULL ? task_name(w->current) : NULL;
 }
 
-RT_EXPORT int rt_current_worker(void)
-{
-    rt__worker *w = rt__worker_current();
-    return w != NULL ? (int)w->index : -1;
-}
-
 RT_EXPORT bool rt_coop_proceed(rt_context *cx)
 {
     if (rt__unlikely(cx == NULL))

@@ -117,35 +117,6 @@ typedef struct rt__worker {
  * it has measured its polls; it may double per window from there. */
 #define RT__INJECTOR_CHECK_FIRST 4u
 
-/* The worker the calling thread is, or NULL (set by the worker's loop). */
-extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
-
-static inline rt__worker *rt__worker_current(void)
-{
-    return rt__tls_worker;
-}
-
-/* The timer batch a timer command submitted by the calling thread to the
- * reactor of `rt` joins: its worker's when it is a worker of `rt`, else NULL
- * (rt__reactor_submit_timer). */
-static inline rt__timer_batch *rt__current_timer_batch(rt_runtime *rt)
-{
-    rt__worker *w = rt__worker_current();
-    return w != NULL && w->rt == rt ? &w->timer_batch : NULL;
-}
-
-/* The reactor thread's block cache while it runs, else NULL (reactor.c). */
-extern __thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
-
-/* The block cache of the calling thread: its worker's, the reactor's, or
- * NULL for any other thread (which then uses the block pool directly). */
-static inline rt__block_cache *rt__current_block_cache(void)
-{
-    rt__worker *w = rt__worker_current();
-    return w != NULL ? &w->cache : rt__tls_reactor_cache;
-}
-
-
 /* Puts a task woken during its own poll at the end of the worker's deferred
  * list (the queue reference comes with it). */
 void rt__defer(rt__worker *w, rt_task *t);

@@ -1,0 +1,47 @@
+/* The runtime's thread-locals (current.h) and the public questions about the
+ * calling thread: rt_current and rt_current_worker. */
+#include "current.h"
+
+#include "common.h"
+
+__thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
+__thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
+static __thread rt_runtime *tls_shutting_down;
+static __thread char tls_marker;
+
+void rt__set_current_worker(rt__worker *w)
+{
+    rt__tls_worker = w;
+}
+
+void rt__set_reactor_cache(rt__block_cache *cache)
+{
+    rt__tls_reactor_cache = cache;
+}
+
+rt_runtime *rt__thread_shutting_down(void)
+{
+    return tls_shutting_down;
+}
+
+void rt__set_thread_shutting_down(rt_runtime *rt)
+{
+    tls_shutting_down = rt;
+}
+
+const void *rt__thread_marker(void)
+{
+    return &tls_marker;
+}
+
+RT_EXPORT rt_runtime *rt_current(void)
+{
+    rt__worker *w = rt__tls_worker;
+    return w != NULL ? w->rt : NULL;
+}
+
+RT_EXPORT int rt_current_worker(void)
+{
+    rt__worker *w = rt__tls_worker;
+    return w != NULL ? (int)w->index : -1;
+}
