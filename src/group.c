@@ -27,7 +27,9 @@
 #include "fault.h"
 #include "atomic.h"
 #include "common.h"
-#include "runtime.h"
+#include "budget.h"
+#include "current.h"
+#include "task_internal.h"
 #include "waitq.h"
 #include "waker.h"
 

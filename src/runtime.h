@@ -22,6 +22,7 @@
 #include "task_internal.h"
 #include "worker.h"
 #include "current.h"
+#include "budget.h"
 
 /* ---- Runtime ------------------------------------------------------------*/
 
@@ -74,33 +75,6 @@ struct rt_runtime {
     bool shut_down;
     unsigned threads_started;
 };
-
-/* rt_coop_proceed for the library's own leaves (inline: it runs on every
- * channel, lock and socket operation). */
-static inline bool rt__coop_proceed(rt_context *cx)
-{
-    rt__worker *w = rt__tls_worker;
-    if (w == NULL || w->current == NULL || w->rt->config.budget == 0)
-        return true;
-    if (w->budget == 0) {
-        /* Out of budget: the task goes behind the others (a self-wake is a
-         * yield) and the caller returns RT_PENDING having consumed nothing. */
-        rt_waker_wake_by_ref(rt_context_waker(cx));
-        return false;
-    }
-    w->budget--;
-    return true;
-}
-
-/* Gives back the unit a successful rt__coop_proceed took, for a leaf that
- * then found it must wait: only completed operations spend budget. */
-static inline void rt__coop_refund(void)
-{
-    rt__worker *w = rt__tls_worker;
-    if (w != NULL && w->current != NULL && w->rt->config.budget != 0)
-        w->budget++;
-}
-
 
 /* Schedules a task whose NOTIFIED bit the caller just set, with the queue
  * reference the caller owns: onto the calling worker's deque when it is a

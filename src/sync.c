@@ -14,7 +14,7 @@
 
 #include "atomic.h"
 #include "common.h"
-#include "runtime.h"
+#include "budget.h"
 #include "waitq.h"
 #include "waker.h"
 

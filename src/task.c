@@ -429,7 +429,7 @@ void rt__task_run(rt__worker *w, rt_task *t)
     rt__stat_add(&w->stats.polls, 1);
     w->current = t;
     w->current_notified = false;
-    w->budget = w->rt->config.budget;
+    w->budget = w->budget_limit;
     rt_poll r = t->u.poll(task_future_state(t), &cx, &out);
 
     if (r == RT_READY) {

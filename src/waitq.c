@@ -3,7 +3,7 @@
 #include <errno.h>
 
 #include "park.h"
-#include "runtime.h"
+#include "current.h"
 #include "waitq.h"
 
 int rt__block_on_poll(rt_poll (*poll)(void *arg, rt_context *cx), void *arg, int64_t timeout_ns)
