@@ -36,31 +36,7 @@ test "$(pkg-config --modversion asyncrt)" = "$(sed -n 's/^#define ASYNCRT_VERSIO
 test -f "$tmp/prefix/include/asyncrt.h"
 test -f "$tmp/prefix/include/asyncrt/task.h"
 
-cat >"$tmp/app.c" <<'APP'
-#include <asyncrt.h>
-#include <stdint.h>
-#include <stdio.h>
-
-static rt_poll answer(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    *out = (void *)(uintptr_t)42;
-    return RT_READY;
-}
-
-int main(void)
-{
-    rt_runtime *rt;
-    if (rt_runtime_new(NULL, &rt) < 0)
-        return 1;
-    void *value = NULL;
-    int err = rt_block_on(rt, answer, NULL, NULL, 0, &value);
-    rt_runtime_free(rt);
-    printf("answer %d from asyncrt %s\n", (int)(uintptr_t)value, rt_version_string());
-    return err == 0 && (uintptr_t)value == 42 && rt_version() == ASYNCRT_VERSION_HEX ? 0 : 1;
-}
-APP
+cp "$src/tests/consumer_app.c" "$tmp/app.c"
 
 cc=${CC:-cc}
 # shellcheck disable=SC2046

@@ -17,31 +17,7 @@ project('parent', 'c', default_options: ['c_std=c11', 'warning_level=2', 'werror
 asyncrt = dependency('asyncrt', fallback: 'asyncrt')
 executable('app', 'app.c', dependencies: asyncrt)
 MESON
-cat >"$tmp/parent/app.c" <<'APP'
-#include <asyncrt.h>
-#include <stdint.h>
-#include <stdio.h>
-
-static rt_poll answer(void *state, rt_context *cx, void **out)
-{
-    (void)state;
-    (void)cx;
-    *out = (void *)(uintptr_t)42;
-    return RT_READY;
-}
-
-int main(void)
-{
-    rt_runtime *rt;
-    if (rt_runtime_new(NULL, &rt) < 0)
-        return 1;
-    void *value = NULL;
-    int err = rt_block_on(rt, answer, NULL, NULL, 0, &value);
-    rt_runtime_free(rt);
-    printf("answer %d\n", (int)(uintptr_t)value);
-    return err == 0 && (uintptr_t)value == 42 ? 0 : 1;
-}
-APP
+cp "$src/tests/consumer_app.c" "$tmp/parent/app.c"
 
 # A system-wide asyncrt must not be picked instead of the subproject.
 meson setup "$tmp/build" "$tmp/parent" --force-fallback-for=asyncrt >"$tmp/setup.log" 2>&1 ||

@@ -10,10 +10,11 @@
  * The request counter is shared by all the runtime's threads, so the Nth
  * request is not always the same call; the cases cover positions in a run,
  * and each report names the call that failed first. */
-#define _GNU_SOURCE /* pipe2, usleep */
+#define _GNU_SOURCE /* pipe2 */
 #include "support.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
@@ -25,6 +26,32 @@
 #define CASE_DEADLINE_S 15
 
 extern char **environ;
+
+/* Reads the case's report into *rep (*got counts the bytes so far) until
+ * the pipe reaches its end, which happens when the case exits. False when
+ * timeout_ms passes first. */
+static bool read_report(int fd, struct fault_report *rep, size_t *got, int timeout_ms)
+{
+    int64_t deadline = rt_now_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        int64_t left_ms = (deadline - rt_now_ns()) / 1000000;
+        if (left_ms <= 0)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)left_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        char extra[64];
+        ssize_t n = *got < sizeof *rep ? read(fd, (char *)rep + *got, sizeof *rep - *got)
+                                       : read(fd, extra, sizeof extra);
+        if (n == 0)
+            return true; /* end of file: the case has exited */
+        if (n > 0 && *got < sizeof *rep)
+            *got += (size_t)n;
+    }
+}
 
 /* Runs one case in a process of its own; returns its report, with the
  * problem filled in for a crash, a leak or a hang. */
@@ -46,31 +73,26 @@ static struct fault_report spawn_case(const char *scenario, uint64_t nth, bool p
     posix_spawn_file_actions_destroy(&actions);
     close(fds[1]);
     cr_assert_eq(err, 0, "posix_spawn %s: %s", exe, strerror(err));
-    int status = 0;
-    int64_t deadline = rt_now_ns() + CASE_DEADLINE_S * 1000000000LL;
-    bool hung = false;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (rt_now_ns() > deadline) {
-            /* SIGTERM first: the case then reports the request it failed. */
-            kill(pid, SIGTERM);
-            for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; i++)
-                usleep(1000);
-            if (kill(pid, SIGKILL) == 0)
-                waitpid(pid, &status, 0);
-            hung = true;
-            break;
-        }
-        usleep(1000);
+    /* The report pipe's end of file says the case has exited (it holds the
+     * only write end): wait for that, not for time to pass. */
+    size_t got = 0;
+    bool hung = !read_report(fds[0], &rep, &got, CASE_DEADLINE_S * 1000);
+    if (hung) {
+        /* SIGTERM first: the case then reports the request it failed. */
+        kill(pid, SIGTERM);
+        if (!read_report(fds[0], &rep, &got, 2000))
+            kill(pid, SIGKILL);
     }
-    ssize_t got = read(fds[0], &rep, sizeof rep);
+    int status = 0;
+    waitpid(pid, &status, 0);
     close(fds[0]);
     if (hung)
         snprintf(rep.problem, sizeof rep.problem, "hung for %d s", CASE_DEADLINE_S);
     else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT)
         snprintf(rep.problem, sizeof rep.problem, "aborted (a sanitizer's report is above)");
-    else if (got != (ssize_t)sizeof rep || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    else if (got != sizeof rep || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         char reported[128];
-        snprintf(reported, sizeof reported, "%.100s", got == (ssize_t)sizeof rep ? rep.problem : "");
+        snprintf(reported, sizeof reported, "%.100s", got == sizeof rep ? rep.problem : "");
         snprintf(rep.problem, sizeof rep.problem, "%s %d%s%s%s",
                  WIFSIGNALED(status) ? "killed by signal" : "exit status",
                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),

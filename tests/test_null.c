@@ -56,11 +56,26 @@ static void *echo_job(void *arg)
     return arg;
 }
 
-static void pause_ms(long ms)
-{
-    struct timespec ts = {0, ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
+/* Wakes for POLL_UNTIL_READY. File-scope: an operation may keep the waker
+ * after it was ready, and a late wake must find the event alive. */
+static struct event poll_wakes = EVENT_INIT;
+
+/* Polls an operation by hand, with `cx` replaced by a waker that signals
+ * poll_wakes, until it is ready; between polls it waits for that wake, not
+ * for time to pass. Fails the test when no wake comes within 10 s. */
+#define POLL_UNTIL_READY(expr)                                                                     \
+    do {                                                                                           \
+        rt_context outer_cx_ = cx;                                                                 \
+        cx = event_context(&poll_wakes);                                                           \
+        for (;;) {                                                                                 \
+            unsigned long seen_ = event_count(&poll_wakes);                                        \
+            if ((expr) == RT_READY)                                                                \
+                break;                                                                             \
+            cr_assert(event_wait_for_ms(&poll_wakes, seen_ + 1, 10000),                            \
+                      "%s was never woken", #expr);                                                \
+        }                                                                                          \
+        cx = outer_cx_;                                                                            \
+    } while (0)
 
 /* ---- error.h ----------------------------------------------------------- */
 
@@ -220,9 +235,7 @@ Test(null, task)
 
     /* And the same handle joined for real, with value and status NULL. */
     cr_assert_eq(rt_spawn(rt, ready_poll, NULL, NULL, 0, &h), 0);
-    while (!rt_task_is_finished(h))
-        pause_ms(1);
-    cr_assert_eq(rt_task_join(h, &cx, NULL, NULL), RT_READY);
+    POLL_UNTIL_READY(rt_task_join(h, &cx, NULL, NULL));
 
     rt_task_detach(NULL);
     rt_task_abort(NULL);
@@ -409,17 +422,6 @@ Test(null, io)
 }
 
 /* ---- net.h ------------------------------------------------------------- */
-
-/* Polls a socket operation by hand until it is ready (the loopback answers
- * within milliseconds); fails the test after 10 s. */
-#define POLL_UNTIL_READY(expr)                                                                     \
-    do {                                                                                           \
-        int polls_ = 0;                                                                            \
-        while ((expr) != RT_READY) {                                                               \
-            cr_assert_lt(++polls_, 10000, "%s never became ready", #expr);                         \
-            pause_ms(1);                                                                           \
-        }                                                                                          \
-    } while (0)
 
 Test(null, net)
 {
