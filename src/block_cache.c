@@ -1,6 +1,13 @@
 /* The magazine layer's slow paths; see block_cache.h. */
 #include "block_cache.h"
 
+__thread rt__block_cache *rt__tls_block_cache __attribute__((tls_model("initial-exec")));
+
+void rt__block_cache_set_current(rt__block_cache *c)
+{
+    rt__tls_block_cache = c;
+}
+
 void rt__block_cache_init(rt__block_cache *c)
 {
     c->mags[0].count = c->mags[1].count = 0;

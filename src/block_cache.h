@@ -57,6 +57,19 @@ static inline uint32_t rt__block_cache_count(const rt__block_cache *c)
     return c->loaded->count + c->spare->count;
 }
 
+/* The calling thread's cache: the one its owner (a worker, or the reactor
+ * thread) installed with rt__block_cache_set_current, NULL on any other
+ * thread, which then uses the block pool directly. */
+extern __thread rt__block_cache *rt__tls_block_cache __attribute__((tls_model("initial-exec")));
+
+static inline rt__block_cache *rt__current_block_cache(void)
+{
+    return rt__tls_block_cache;
+}
+
+/* Installs `c` as the calling thread's cache (NULL: none). */
+void rt__block_cache_set_current(rt__block_cache *c);
+
 /* Slow paths, out of line. */
 void *rt__block_cache_refill_and_pop(rt__block_cache *c);
 void rt__block_cache_rotate_and_push(rt__block_cache *c, void *b);

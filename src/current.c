@@ -5,18 +5,13 @@
 #include "common.h"
 
 __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
-__thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
 static __thread rt_runtime *tls_shutting_down;
 static __thread char tls_marker;
 
 void rt__set_current_worker(rt__worker *w)
 {
     rt__tls_worker = w;
-}
-
-void rt__set_reactor_cache(rt__block_cache *cache)
-{
-    rt__tls_reactor_cache = cache;
+    rt__block_cache_set_current(w != NULL ? &w->cache : NULL);
 }
 
 rt_runtime *rt__thread_shutting_down(void)

@@ -1,7 +1,8 @@
-/* What the calling thread is to the runtime: one of its workers (and which),
- * its reactor, or a thread running shutdown's cancellation. Every
- * thread-local of the runtime layers is here (current.c); the clock's
- * reading cache belongs to the clock (park.h). Internal, not installed. */
+/* What the calling thread is to the scheduler: one of its workers (and
+ * which), or a thread running shutdown's cancellation. The scheduler's
+ * thread-locals are here (current.c); the lower layers keep their own: the
+ * block cache (block_cache.h), the clock's reading cache (park.h) and the
+ * task id block (task.c). Internal, not installed. */
 #ifndef RT_SRC_CURRENT_H
 #define RT_SRC_CURRENT_H
 
@@ -9,33 +10,20 @@
 
 #include <asyncrt/runtime.h>
 
-#include "block_cache.h"
 #include "reactor.h"
 #include "worker.h"
 
 /* The worker the calling thread is, or NULL. Set by the worker's loop. */
 extern __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
-/* The reactor thread's block cache while it runs, else NULL. */
-extern __thread rt__block_cache *rt__tls_reactor_cache __attribute__((tls_model("initial-exec")));
 
 static inline rt__worker *rt__worker_current(void)
 {
     return rt__tls_worker;
 }
 
-/* The worker loop marks its thread on start (w) and on exit (NULL). */
+/* The worker loop marks its thread on start (w) and on exit (NULL), and
+ * installs the worker's block cache as the thread's (block_cache.h). */
 void rt__set_current_worker(rt__worker *w);
-
-/* The reactor thread marks itself with its block cache (NULL on exit). */
-void rt__set_reactor_cache(rt__block_cache *cache);
-
-/* The block cache of the calling thread: its worker's, the reactor's, or
- * NULL for any other thread (which then uses the block pool directly). */
-static inline rt__block_cache *rt__current_block_cache(void)
-{
-    rt__worker *w = rt__worker_current();
-    return w != NULL ? &w->cache : rt__tls_reactor_cache;
-}
 
 /* The timer batch a timer command submitted by the calling thread to the
  * reactor of `rt` joins: its worker's when it is a worker of `rt`, else NULL

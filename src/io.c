@@ -12,6 +12,7 @@
 
 #include "fault.h"
 #include "atomic.h"
+#include "budget.h"
 #include "io_internal.h"
 #include "reactor.h"
 #include "runtime.h"
@@ -87,25 +88,6 @@ void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick)
 void rt__io_clear_after_short(rt_io *io, unsigned dir, uint32_t tick)
 {
     clear_ready(io, dir, tick, true);
-}
-
-void rt__io_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *reader,
-                  rt_waker *writer)
-{
-    uint64_t add = dirs | ((uint64_t)sticky_dirs << RT__IO_STICKY_SHIFT);
-    uint64_t s = rt__load_acquire_u64(&io->readiness);
-    while (!rt__cas_u64(&io->readiness, &s, (s | add) + RT__IO_TICK_ONE))
-        ;
-    rt__spin_lock(&io->lock);
-    if (dirs & RT__IO_READ) {
-        *reader = io->reader;
-        io->reader = rt_waker_noop();
-    }
-    if (dirs & RT__IO_WRITE) {
-        *writer = io->writer;
-        io->writer = rt_waker_noop();
-    }
-    rt__spin_unlock(&io->lock);
 }
 
 /* ---- Registration ------------------------------------------------------- */

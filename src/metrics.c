@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "blocking.h"
 #include "runtime.h"
 
 /* Copies `have` bytes of a snapshot into a caller struct of `size` bytes,

@@ -38,9 +38,11 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "io_internal.h"
-#include "runtime.h"
+#include "readiness.h"
+#include "park.h"
+#include "task_internal.h"
 #include "timer_internal.h"
+#include "waker.h"
 
 #define RT_REACTOR_EVENTS 256
 
@@ -64,7 +66,7 @@ uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns)
  * fired at tick k (deadline rounded up to k) fires at or after its deadline. */
 static uint64_t reactor_now_tick(const rt__reactor *r)
 {
-    int64_t rel = rt_now_ns() - r->epoch_ns;
+    int64_t rel = rt__now_ns() - r->epoch_ns;
     return rel <= 0 ? 0 : (uint64_t)rel / RT__TIMER_TICK_NS;
 }
 
@@ -73,11 +75,12 @@ static uint64_t reactor_now_tick(const rt__reactor *r)
 /* The wake proper: the task's state changes here (see rt__wake_batch). */
 static void wake_now(rt__wake_batch *b, rt_waker *w)
 {
-    rt_task *t = rt__task_wake_for_batch(w, b->rt);
+    const rt__reactor_hooks *h = b->hooks;
+    rt_task *t = rt__task_wake_for_batch(w, h->task_vtable, h->rt);
     if (t == NULL)
         return; /* woken directly, or nothing to schedule */
     if (b->n == RT__WAKE_BATCH) {
-        rt__schedule_batch(b->rt, b->tasks, b->n);
+        h->schedule_woken(h->rt, b->tasks, b->n);
         b->n = 0;
     }
     b->tasks[b->n++] = t;
@@ -89,7 +92,7 @@ void rt__wake_batch_add(rt__wake_batch *b, rt_waker *w)
         return;
     /* A prefetch cannot fault, but only a task waker's data is known to be
      * worth fetching. */
-    if (w->vtable == &rt__task_waker_vtable)
+    if (w->vtable == b->hooks->task_vtable)
         __builtin_prefetch(w->data, 1);
     unsigned slot = b->lag_first;
     if (b->lag_count == RT__WAKE_LAG) {
@@ -112,7 +115,7 @@ void rt__wake_batch_flush(rt__wake_batch *b)
     }
     if (b->n == 0)
         return;
-    rt__schedule_batch(b->rt, b->tasks, b->n);
+    b->hooks->schedule_woken(b->hooks->rt, b->tasks, b->n);
     b->n = 0;
 }
 
@@ -189,7 +192,7 @@ bool rt__reactor_submit_timer(rt__reactor *r, rt__timer_batch *batch, rt__timer 
     rt__tsan_release(&t->node);
     if (own_worker) {
         if (batch->len == 0) {
-            batch->since = rt_now_ns();
+            batch->since = rt__now_ns();
             batch->min_tick = kick_tick;
         } else if (kick_tick < batch->min_tick) {
             batch->min_tick = kick_tick;
@@ -288,6 +291,30 @@ static enum commands_left take_commands(rt__reactor *r)
     return COMMANDS_MORE;
 }
 
+/* ---- Descriptor events ------------------------------------------------------ */
+
+/* The reactor's half of the readiness protocol (io_internal.h; io.c has the
+ * task's half): records `dirs` ready (and `sticky_dirs` sticky) with a new
+ * tick, then takes the wakers registered for those directions. */
+static void record_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *reader,
+                         rt_waker *writer)
+{
+    uint64_t add = dirs | ((uint64_t)sticky_dirs << RT__IO_STICKY_SHIFT);
+    uint64_t s = rt__load_acquire_u64(&io->readiness);
+    while (!rt__cas_u64(&io->readiness, &s, (s | add) + RT__IO_TICK_ONE))
+        ;
+    rt__spin_lock(&io->lock);
+    if (dirs & RT__IO_READ) {
+        *reader = io->reader;
+        io->reader = rt__waker_noop();
+    }
+    if (dirs & RT__IO_WRITE) {
+        *writer = io->writer;
+        io->writer = rt__waker_noop();
+    }
+    rt__spin_unlock(&io->lock);
+}
+
 /* ---- The thread ------------------------------------------------------------ */
 
 /* How long the reactor sleeps at most while a producer it cannot see past
@@ -320,7 +347,7 @@ static bool sleep_spec(rt__reactor *r, struct timespec *ts, enum commands_left l
     int64_t left = limit;
     if (next != UINT64_MAX) {
         int64_t wake_ns = r->epoch_ns + (int64_t)(next * RT__TIMER_TICK_NS);
-        int64_t until_deadline = wake_ns - rt_now_ns();
+        int64_t until_deadline = wake_ns - rt__now_ns();
         if (until_deadline < left)
             left = until_deadline;
     }
@@ -441,14 +468,14 @@ static void take_kick(rt__reactor *r)
 #define RT_REACTOR_NAP_FLOOR_NS 25000
 
 /* Naps if every worker is busy; returns whether it did. */
-static bool nap(rt__reactor *r, rt_runtime *rt)
+static bool nap(rt__reactor *r)
 {
     int64_t limit = r->nap_ns;
     if (limit <= 0)
         return false;
     rt__store_seq_cst_u32(&r->napping, 1);
     RT__DEBUG_YIELD(); /* a worker may park right here */
-    if (!rt__every_worker_unparked(rt)) {
+    if (!r->hooks.every_worker_unparked(r->hooks.rt)) {
         rt__store_relaxed_u32(&r->napping, 0);
         return false;
     }
@@ -478,7 +505,7 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
          * (rt__reactor_overdue), and a timer due after the nap's end needs
          * no kick: the reactor takes its command when the nap ends. Only a
          * kick is spared by the lower value, never a command lost. */
-        int64_t end = rt_now_ns() + limit - r->epoch_ns;
+        int64_t end = rt__now_ns() + limit - r->epoch_ns;
         uint64_t end_tick = ((uint64_t)end + RT__TIMER_TICK_NS - 1) / RT__TIMER_TICK_NS;
         rt__store_seq_cst_u64(&r->sleeping_until_tick, end_tick);
     }
@@ -497,12 +524,12 @@ static bool nap(rt__reactor *r, rt_runtime *rt)
     if (n > 0)
         take_kick(r);
     if (by_park) {
-        r->nap_ns = rt->config.reactor_nap_ns;
+        r->nap_ns = r->nap_max_ns;
     } else if (n == 0 && own_length) {
         int64_t half = r->nap_ns / 2;
         r->nap_ns = half > RT_REACTOR_NAP_FLOOR_NS ? half : RT_REACTOR_NAP_FLOOR_NS;
-        if (r->nap_ns > rt->config.reactor_nap_ns)
-            r->nap_ns = rt->config.reactor_nap_ns;
+        if (r->nap_ns > r->nap_max_ns)
+            r->nap_ns = r->nap_max_ns;
     }
     return true;
 }
@@ -523,12 +550,11 @@ static const char *woke_window(const rt__reactor *r)
  * (docs/design.md, "Tried and rejected"). */
 static void *reactor_main(void *arg)
 {
-    rt_runtime *rt = arg;
-    rt__reactor *r = &rt->reactor;
+    rt__reactor *r = arg;
     struct epoll_event events[RT_REACTOR_EVENTS];
     /* Made by rt__reactor_start: the thread needs nothing it could fail to get. */
     rt__wake_batch *batch = r->batch;
-    rt__set_reactor_cache(&r->cache);
+    rt__block_cache_set_current(&r->cache);
     bool napped = false; /* the last turn ended in a nap */
 
     for (;;) {
@@ -581,7 +607,7 @@ static void *reactor_main(void *arg)
             if (ev & (EPOLLHUP | EPOLLERR))
                 sticky_dirs |= RT__IO_WRITE;
             rt_waker reader = rt_waker_noop(), writer = rt_waker_noop();
-            rt__io_event(ptr, dirs, sticky_dirs, &reader, &writer);
+            record_event(ptr, dirs, sticky_dirs, &reader, &writer);
             rt__wake_batch_add(batch, &reader);
             rt__wake_batch_add(batch, &writer);
         }
@@ -589,24 +615,25 @@ static void *reactor_main(void *arg)
         rt__store_relaxed_u64(&r->turns, r->turns + 1);
         rt__store_relaxed_u64(&r->io_events, r->io_events + io_events);
         if (io_events >= RT_REACTOR_NAP_MIN_EVENTS && left_over == COMMANDS_NONE)
-            napped = nap(r, rt);
+            napped = nap(r);
         /* No yield here before the next epoll_wait: a reactor that stays
          * runnable is scheduled against the workers and preempts them more
          * often than its saved sleeps are worth (docs/design.md, "Tried and
          * rejected"). */
     }
-    rt__set_reactor_cache(NULL);
+    rt__block_cache_set_current(NULL);
     rt__block_cache_clear(&r->cache);
     return NULL;
 }
 
-int rt__reactor_start(rt_runtime *rt)
+int rt__reactor_start(rt__reactor *r, int64_t nap_max_ns, const rt__reactor_hooks *hooks)
 {
-    rt__reactor *r = &rt->reactor;
     memset(r, 0, sizeof(*r));
     r->epfd = r->wakefd = r->napfd = -1;
-    r->epoch_ns = rt_now_ns();
-    r->nap_ns = rt->config.reactor_nap_ns;
+    r->epoch_ns = rt__now_ns();
+    r->nap_max_ns = nap_max_ns;
+    r->nap_ns = nap_max_ns;
+    r->hooks = *hooks;
     r->sleeping_until_tick = 0;
     rt__timer_wheel_init(&r->wheel, 0);
     rt__block_cache_init(&r->cache);
@@ -635,11 +662,11 @@ int rt__reactor_start(rt_runtime *rt)
         err = -ENOMEM;
         goto fail;
     }
-    r->batch->rt = rt;
+    r->batch->hooks = &r->hooks;
     r->batch->n = 0;
     r->batch->lag_first = 0;
     r->batch->lag_count = 0;
-    err = -rt__pthread_create(&r->thread, NULL, reactor_main, rt);
+    err = -rt__pthread_create(&r->thread, NULL, reactor_main, r);
     if (err < 0)
         goto fail;
     pthread_setname_np(r->thread, "asyncrt-reactor");
@@ -662,9 +689,8 @@ fail:
     return err;
 }
 
-void rt__reactor_stop(rt_runtime *rt)
+void rt__reactor_stop(rt__reactor *r)
 {
-    rt__reactor *r = &rt->reactor;
     if (r->running) {
         /* Seq_cst, for nap()'s check: see there. */
         rt__store_seq_cst_u32(&r->stopping, 1);

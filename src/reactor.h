@@ -26,8 +26,27 @@
 #include "timer_wheel.h"
 
 struct rt_io;
+struct rt_task;
 struct rt__timer;
 struct rt__wake_batch;
+
+/* What the reactor knows of the scheduler that runs the tasks it wakes:
+ * which wakers are its tasks', one entry point that schedules a batch of
+ * them, and one question for the nap. The runtime fills it in at start; the
+ * reactor never calls the scheduler any other way. */
+typedef struct rt__reactor_hooks {
+    /* The runtime whose tasks the reactor's wakes schedule in batches; the
+     * reactor wakes any other waker directly. */
+    rt_runtime *rt;
+    /* The waker vtable of rt's tasks. */
+    const rt_waker_vtable *task_vtable;
+    /* Schedules n tasks of rt that the reactor woke: each NOTIFIED, with its
+     * run queue reference (rt__task_wake_for_batch). */
+    void (*schedule_woken)(rt_runtime *rt, struct rt_task **tasks, unsigned n);
+    /* Whether no worker of rt is parked or announcing its park, as a
+     * seq_cst read: the reactor's half of the nap's Dekker pair. */
+    bool (*every_worker_unparked)(rt_runtime *rt);
+} rt__reactor_hooks;
 
 /* The submit gate's closed bit, and one submitter in flight. */
 #define RT__SUBMIT_GATE_CLOSED 1u
@@ -40,8 +59,10 @@ typedef struct rt__reactor {
     pthread_t thread;      /* the reactor thread */
     struct rt__wake_batch *batch; /* the thread's wake batch, made before it starts */
     bool running;          /* the thread was started and not joined yet */
-    int64_t epoch_ns;      /* rt_now_ns() at start: tick 0 of the wheel */
-    int64_t nap_ns;        /* the next nap's length, at most reactor_nap_ns (reactor.c, "Naps") */
+    int64_t epoch_ns;      /* rt__now_ns() at start: tick 0 of the wheel */
+    int64_t nap_ns;        /* the next nap's length, at most nap_max_ns (reactor.c, "Naps") */
+    int64_t nap_max_ns;    /* rt_config.reactor_nap_ns */
+    rt__reactor_hooks hooks; /* the scheduler, as far as the reactor knows it */
     rt__timer_wheel wheel; /* reactor thread only */
 
     /* Timers armed or cancelled by other threads (MPSC; the reactor is the
@@ -87,11 +108,13 @@ typedef struct rt__reactor {
     uint64_t naps;      /* naps taken */
 } rt__reactor;
 
-/* Starts the reactor of `rt` (epoll, eventfd, thread). Returns 0 or -errno. */
-int rt__reactor_start(rt_runtime *rt);
+/* Starts the reactor (epoll, eventfd, thread), waking tasks through `hooks`
+ * and napping at most `nap_max_ns` (rt_config.reactor_nap_ns). Returns 0 or
+ * -errno, with nothing left started. */
+int rt__reactor_start(rt__reactor *r, int64_t nap_max_ns, const rt__reactor_hooks *hooks);
 /* Stops and joins the thread, frees queued timers and released
  * registrations, closes its descriptors. */
-void rt__reactor_stop(rt_runtime *rt);
+void rt__reactor_stop(rt__reactor *r);
 
 /* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
 void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
@@ -102,7 +125,7 @@ void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
 void rt__reactor_end_nap(rt__reactor *r);
 
 /* Whether the reactor should have woken up at least RT__REACTOR_OVERDUE_NS
- * before `now_ns` (rt_now_ns()) and has not run since: then it is waiting
+ * before `now_ns` (rt__now_ns()) and has not run since: then it is waiting
  * for a CPU, and a worker that sees this yields its own (scheduler.c).
  *
  * On a machine with fewer cores than busy threads, a reactor that asked to
@@ -166,7 +189,7 @@ void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
 /* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). */
 #define RT__TIMER_TICK_NS 250000
 
-/* Wheel time (ticks) of an absolute rt_now_ns() deadline, rounded up so a
+/* Wheel time (ticks) of an absolute rt__now_ns() deadline, rounded up so a
  * timer never fires before it. */
 uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 
@@ -182,7 +205,7 @@ uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 #define RT__WAKE_BATCH 512
 #define RT__WAKE_LAG 8
 typedef struct rt__wake_batch {
-    rt_runtime *rt;
+    const rt__reactor_hooks *hooks; /* the reactor's */
     unsigned n;         /* tasks gathered */
     unsigned lag_first; /* index in `lagging` of the oldest held-back waker */
     unsigned lag_count; /* held-back wakers, from lag_first on (modulo RT__WAKE_LAG) */

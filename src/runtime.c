@@ -7,9 +7,11 @@
 
 #include "fault.h"
 #include "atomic.h"
+#include "blocking.h"
 #include "cpus.h"
 #include "io_internal.h"
 #include "runtime.h"
+#include "spawn.h"
 
 RT_EXPORT void rt_config_init(rt_config *cfg)
 {
@@ -171,7 +173,13 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
-    if ((err = rt__reactor_start(rt)) < 0) {
+    rt__reactor_hooks hooks = {
+        .rt = rt,
+        .task_vtable = &rt__task_waker_vtable,
+        .schedule_woken = rt__schedule_woken,
+        .every_worker_unparked = rt__every_worker_unparked,
+    };
+    if ((err = rt__reactor_start(&rt->reactor, cfg->reactor_nap_ns, &hooks)) < 0) {
         pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
         goto fail_io;
     }
@@ -180,7 +188,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         if (perr != 0) {
             pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             stop_and_join_workers(rt);
-            rt__reactor_stop(rt);
+            rt__reactor_stop(&rt->reactor);
             destroy(rt);
             return perr == EAGAIN ? -EAGAIN : -perr;
         }
@@ -258,7 +266,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
      * through the reactor. What is still open is closed while the reactor
      * runs (no rt_io can be opened after this), then the reactor stops. */
     rt__io_close_all(rt);
-    rt__reactor_stop(rt);
+    rt__reactor_stop(&rt->reactor);
     rt__scheduler_drain(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);

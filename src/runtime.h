@@ -15,14 +15,12 @@
 
 #include "common.h"
 #include "atomic.h"
-#include "blocking.h"
 #include "injector.h"
 #include "reactor.h"
 #include "registry.h"
 #include "task_internal.h"
 #include "worker.h"
 #include "current.h"
-#include "budget.h"
 
 /* ---- Runtime ------------------------------------------------------------*/
 
@@ -67,7 +65,7 @@ struct rt_runtime {
     bool io_closed; /* shutdown closed the list: rt_io_open fails */
 
     /* The blocking pool (rt_spawn_blocking), and what shutdown found. */
-    rt__blocking_pool *blocking;
+    struct rt__blocking_pool *blocking;
     uint64_t blocking_abandoned;
 
     /* Serializes rt_runtime_shutdown callers. */
@@ -81,10 +79,11 @@ struct rt_runtime {
  * worker of the task's runtime, else onto the injector. */
 void rt__schedule(rt_task *t);
 
-/* Schedules n such tasks of `rt` from a thread that is not its worker (the
- * reactor): one splice into the wakes queue, then up to min(n, parked)
- * workers woken. */
-void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n);
+/* Schedules n such tasks of `rt` from a thread that is not its worker: the
+ * reactor's wake batch (rt__reactor_hooks.schedule_woken). Local tasks go to
+ * their worker's inbox; the others in one splice into the wakes queue, then
+ * up to min(n, parked) workers are woken. `tasks` is used as scratch. */
+void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n);
 
 /* Drops the queue reference of every task still in a run queue of `rt`: the
  * workers' LIFO slots, deques, deferred and local lists and inboxes, the

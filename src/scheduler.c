@@ -49,7 +49,9 @@
 #include <stdlib.h>
 
 #include "atomic.h"
+#include "budget.h"
 #include "runtime.h"
+#include "spawn.h"
 
 /* Largest injector batch a worker takes at once. */
 #define RT_INJECTOR_BATCH 64
@@ -355,8 +357,20 @@ void rt__schedule(rt_task *t)
     notify_parked(rt);
 }
 
-void rt__schedule_batch(rt_runtime *rt, rt_task **tasks, unsigned n)
+void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n)
 {
+    /* A local task goes to its own worker's inbox, never the shared queue. */
+    unsigned shared = 0;
+    for (unsigned i = 0; i < n; i++) {
+        int pinned = rt__task_pinned(tasks[i]);
+        if (rt__unlikely(pinned >= 0))
+            schedule_pinned(tasks[i], pinned);
+        else
+            tasks[shared++] = tasks[i];
+    }
+    n = shared;
+    if (n == 0)
+        return;
     struct cds_wfcq_node *nodes[RT__WAKE_BATCH];
     for (unsigned done = 0; done < n;) {
         unsigned k = n - done < RT__WAKE_BATCH ? n - done : RT__WAKE_BATCH;
@@ -733,6 +747,94 @@ static rt_task *find_local_work(rt__worker *w)
     return take_from_injector(w);
 }
 
+/* ---- Running tasks --------------------------------------------------------- */
+
+/* The worker owns RUNNING and saw CANCELLED: drop instead of polling. */
+static void cancel_running(rt__worker *w, rt_task *t)
+{
+    /* The drop runs as the task (rt_task_current_id works in it); a wake of
+     * its own waker from there is harmless, the task completes next. */
+    w->current = t;
+    rt__task_drop_future(t);
+    w->current = NULL;
+    t->u.output = NULL;
+    rt__stat_add(&w->cancelled, 1);
+    rt__task_complete(t, true, 1); /* and the run queue's reference */
+}
+
+/* Polls `t`, popped from a run queue with the queue's reference: claims it,
+ * polls it with the worker's budget, and completes, requeues or idles it by
+ * what the poll returned and what happened meanwhile. */
+static void run_task(rt__worker *w, rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    if (s & RT__TASK_RUNNING) {
+        /* Queued already claimed (spawned, woken by a worker, or requeued
+         * by a yield): ours without a read-modify-write. An abort may have
+         * come meanwhile, or a wake (NOTIFIED), which this poll consumes as
+         * the claim of a NOTIFIED task would. */
+        if (rt__unlikely(s & (RT__TASK_CANCELLED | RT__TASK_NOTIFIED))) {
+            if (s & RT__TASK_CANCELLED) {
+                cancel_running(w, t);
+                return;
+            }
+            rt__task_state_consume_notified(t);
+        }
+    } else {
+        /* Shutdown completes tasks only after every worker has exited. */
+        uint64_t prev = rt__task_state_claim(t);
+        assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
+               RT__TASK_NOTIFIED);
+        if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
+            cancel_running(w, t);
+            return;
+        }
+    }
+
+    rt_context cx = {{&rt__task_waker_vtable, t}};
+    void *out = NULL;
+    /* Counted here, not when popped: a cancelled task is dropped unpolled. */
+    rt__stat_add(&w->stats.polls, 1);
+    w->current = t;
+    w->current_notified = false;
+    rt__budget_open(w->budget_limit);
+    rt_poll r = t->u.poll(t->future_state, &cx, &out);
+    rt__budget_close();
+
+    if (r == RT_READY) {
+        t->u.output = out;
+        rt__task_drop_future(t);
+        w->current = NULL;
+        rt__stat_add(&w->completed, 1);
+        rt__task_complete(t, false, 1); /* and the run queue's reference */
+        return;
+    }
+    w->current = NULL;
+
+    if (w->current_notified) {
+        /* A yield: requeue behind the other runnable tasks, keeping RUNNING
+         * and the queue reference. An abort that came during the poll is
+         * honoured now rather than at the next pop. */
+        if (rt__load_acquire_u64(&t->state) & RT__TASK_CANCELLED)
+            cancel_running(w, t);
+        else
+            rt__defer(w, t);
+        return;
+    }
+
+    /* Pending: back to idle, unless woken or aborted during the poll. */
+    switch (rt__task_state_pending(t)) {
+    case RT__TASK_CANCEL_IT:
+        cancel_running(w, t);
+        break;
+    case RT__TASK_REQUEUE:
+        rt__defer(w, t);
+        break;
+    case RT__TASK_IDLE:
+        break;
+    }
+}
+
 static rt_task *search(rt__worker *w)
 {
     rt_runtime *rt = w->rt;
@@ -764,7 +866,7 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             transition_from_searching(w);
             uint64_t readings = rt__tls_clock.count;
-            rt__task_run(w, t);
+            run_task(w, t);
             /* The batch's age is checked after every poll while a batch
              * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
              * about two polls at most (reactor.h). A poll that read the

@@ -386,20 +386,20 @@ static inline int rt__task_pinned(rt_task *t)
     return rt__task_ext_of(t)->pinned;
 }
 
-/* The waker of a runtime task: data is the task. */
-extern const rt_waker_vtable rt__task_waker_vtable;
-
-/* Polls the task (which the caller popped from a run queue, with the queue's
- * reference) on worker `w`. */
-struct rt__worker;
-void rt__task_run(struct rt__worker *w, rt_task *t);
-
 /* Tasks whose header and state fit this many bytes are allocated as blocks
  * of exactly this size from a block cache (block_cache.h): spawning and
  * freeing tasks is the hot path of every spawn-heavy program, and a private
  * LIFO magazine of equal blocks beats malloc's bins there. */
 #define RT__TASK_SMALL_BLOCK 128
 _Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
+
+/* Allocates a task for `size` bytes of state, from `cache` when it can be a
+ * small block (NULL: the block pool). Without a name and a pinned worker (-1)
+ * it may be a small block; with either the allocation starts with an
+ * rt__task_ext and ends with a copy of the name. *flags receives the
+ * immutable flag bits for the state word. NULL when out of memory. */
+rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name, int pinned,
+                        uint64_t *flags);
 
 /* Frees the task's memory (the last reference is gone) into `cache` (NULL:
  * straight to the block pool, or to malloc for a task that is no block). */
@@ -416,17 +416,27 @@ void rt__task_cancel_at_shutdown(rt_task *t);
 int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
 
 
-/* Wakes (consumes) *w. When it is the waker of a task of `rt` that must be
- * scheduled, returns the task (with its queue reference) for the caller to
- * schedule in a batch; otherwise wakes it the ordinary way and returns NULL. */
-rt_task *rt__task_wake_for_batch(rt_waker *w, rt_runtime *rt);
+/* The state transition of a wake by value (the waker's reference comes
+ * with it): returns true when the task was idle and is now marked for a run
+ * queue (NOTIFIED, or RUNNING when `preclaim`: queued already claimed), the
+ * reference becoming the run queue's, and the caller schedules it;
+ * otherwise the reference has been dealt with. */
+bool rt__task_wake_transition(rt_task *t, bool preclaim);
 
-/* rt_spawn_ex with the task's id chosen by the caller (from
- * rt__task_new_id; 0: a new one), so that the caller knows it without
- * touching the task, which may be finished and freed by the time the spawn
- * returns. */
-int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id);
+/* Wakes (consumes) *w. When it is a task waker (`task_vtable`, the
+ * scheduler's) of a task of `rt` that must be scheduled, returns the task
+ * with its queue reference, NOTIFIED, for the caller to schedule in a batch;
+ * otherwise wakes it the ordinary way and returns NULL. */
+rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable,
+                                 rt_runtime *rt);
+
+/* Marks the task COMPLETE (cancelled or not), wakes its joiner and drops
+ * `drop_refs` of the caller's references. The caller owns RUNNING. The
+ * registry notices the completion at its next sweep. */
+void rt__task_complete(rt_task *t, bool cancelled, uint64_t drop_refs);
+
+/* Runs the task's drop function on its future's state, if it has one. */
+void rt__task_drop_future(rt_task *t);
 
 /* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when
  * out of memory; the pool's queue holds one reference, the handle another.

@@ -9,6 +9,8 @@
 #include <asyncrt/timer.h>
 
 #include "atomic.h"
+#include "budget.h"
+#include "current.h"
 #include "runtime.h"
 #include "spinlock.h"
 #include "timer_internal.h"
@@ -23,129 +25,13 @@ RT_EXPORT int64_t rt_now_ns(void)
     return rt__now_ns();
 }
 
-/* ---- Memory ------------------------------------------------------------------
- *
- * A timer lives in a small task block (RT__TASK_SMALL_BLOCK = 128 bytes): on a
- * worker or the reactor thread the block comes from and goes back to that
- * thread's block cache, like a task's, and elsewhere straight from and to
- * the block pool. Every sleep allocates
- * one and frees it when it ends, and malloc's fast bins overflow when 100,000
- * sleeps are armed before any ends (malloc and free then cost about a fifth
- * of a sleeping task's instructions). Every timer block is a task block, so
- * any of them may go to any cache.
- *
- * Pool blocks are aligned to their size, so the timer is the block's second
- * line, and the block is found again by subtracting a line. */
-_Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
-_Static_assert(RT__TASK_SMALL_BLOCK == 2 * RT_CACHELINE, "a block is two lines");
-
-static rt__timer *timer_alloc(void)
-{
-    char *block = rt__block_alloc(rt__current_block_cache());
-    return block != NULL ? (rt__timer *)(block + RT_CACHELINE) : NULL;
-}
-
-static void timer_free(rt__timer *t)
-{
-    rt__block_free(rt__current_block_cache(), (char *)t - RT_CACHELINE);
-}
-
-static void timer_unref(rt__timer *t, uint32_t n)
-{
-    /* Full barrier: every use of the timer happens before its free. */
-    if (rt__faa_u32(&t->refs, -n) == n) {
-        rt__waker_drop(&t->waker);
-        timer_free(t);
-    }
-}
-
-/* ---- The lock bit (timer_internal.h) --------------------------------------- */
-
-/* Takes the lock and returns the phase. `guess` is the phase the caller
- * expects: the first CAS is tried with it, so that the usual case costs one
- * locked instruction on the (usually cold) line instead of a load and then a
- * CAS. The CAS is the acquire that pairs with timer_unlock's release. */
-static uint32_t timer_lock(rt__timer *t, uint32_t guess)
-{
-    uint32_t expected = guess;
-    unsigned spins = 0;
-    for (;;) {
-        if (rt__cas_u32(&t->state, &expected, expected | RT__TIMER_LOCKED))
-            return expected;
-        if (expected & RT__TIMER_LOCKED) {
-            /* Held by the timer's other side, for a few instructions. */
-            rt__spin_backoff(&spins);
-            expected &= RT__TIMER_PHASE;
-        }
-    }
-}
-
-/* Releases the lock, setting the phase: pairs with timer_lock's CAS and
- * with the load-acquire in rt_sleep_poll. */
-static void timer_unlock(rt__timer *t, uint32_t phase)
-{
-    rt__store_release_u32(&t->state, phase);
-}
-
-/* ---- The reactor's side ---------------------------------------------------- */
-
-void rt__timer_command(rt__reactor *r, rt__timer *t)
-{
-    /* Only QUEUED (an arm command) or CANCELLED (a cancel command, or an arm
-     * command overtaken by the drop) can be found here: a timer is fired only
-     * once filed, and filed only here. */
-    uint32_t phase = timer_lock(t, RT__TIMER_QUEUED);
-    RT__DEBUG_YIELD(); /* widens the locked section: the future spins */
-    if (phase == RT__TIMER_QUEUED) {
-        rt__timer_wheel_insert(&r->wheel, &t->entry, t->entry.deadline);
-        timer_unlock(t, RT__TIMER_FILED);
-        return; /* the command's reference is now the wheel's */
-    }
-    bool was_filed = rt__timer_wheel_cancel(&r->wheel, &t->entry);
-    timer_unlock(t, phase);
-    /* The command's reference, and the wheel's if it still held one. */
-    timer_unref(t, was_filed ? 2 : 1);
-}
-
-void rt__timer_fire(rt__timer_entry *entry, void *arg)
-{
-    rt__wake_batch *batch = arg;
-    rt__timer *t = caa_container_of(entry, rt__timer, entry);
-    uint32_t phase = timer_lock(t, RT__TIMER_FILED);
-    if (phase == RT__TIMER_FILED) {
-        rt_waker w = t->waker;
-        t->waker = rt__waker_noop();
-        RT__DEBUG_YIELD(); /* widens the locked section: the future spins */
-        timer_unlock(t, RT__TIMER_FIRED);
-        rt__wake_batch_add(batch, &w);
-    } else {
-        timer_unlock(t, phase); /* cancelled: its cancel command, if any, finds it unfiled */
-    }
-    timer_unref(t, 1); /* the wheel's reference */
-}
-
-void rt__timer_release_at_stop(rt__timer_entry *entry, void *unused)
-{
-    (void)unused;
-    rt__timer *t = caa_container_of(entry, rt__timer, entry);
-    /* Whoever still waits (a sleep polled by hand) is woken, so that its
-     * next poll reports -ESHUTDOWN; tasks are all finished by now, so their
-     * wakes do nothing. Then the wheel's reference goes. */
-    uint32_t phase = timer_lock(t, RT__TIMER_FILED);
-    rt_waker w = t->waker;
-    t->waker = rt__waker_noop();
-    timer_unlock(t, phase);
-    rt__waker_wake(&w);
-    timer_unref(t, 1);
-}
-
 /* ---- The future's side ------------------------------------------------------- */
 
 /* A new timer, not yet published, holding the future's reference and the
  * arm command's, with a clone of the context's waker. */
 static rt__timer *timer_new(rt__reactor *r, int64_t deadline_ns, rt_context *cx)
 {
-    rt__timer *t = timer_alloc();
+    rt__timer *t = rt__timer_alloc();
     if (t == NULL)
         return NULL;
     rt__timer_entry_init(&t->entry);
@@ -200,7 +86,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
             e = -ENOMEM;
         else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t,
                                            t->entry.deadline, s->deadline_ns - now)) {
-            timer_unref(t, 2); /* never published */
+            rt__timer_unref(t, 2); /* never published */
             e = -ESHUTDOWN;
         }
         if (e < 0) {
@@ -218,9 +104,9 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
      * either the reactor has not fired yet and will take this waker, or it
      * has, and the phase says so. */
     RT__DEBUG_WINDOW("timer.repoll"); /* the reactor may fire or stop right here */
-    uint32_t phase = timer_lock(t, RT__TIMER_FILED);
+    uint32_t phase = rt__timer_lock(t, RT__TIMER_FILED);
     if (phase == RT__TIMER_FIRED) {
-        timer_unlock(t, phase);
+        rt__timer_unlock(t, phase);
         return RT_READY;
     }
     /* Shut down under us: the timer will never fire. Checked under the
@@ -228,13 +114,13 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
      * `stopping` was set: either it has run (and the lock's acquire shows us
      * the flag) or it will take the waker we store. */
     if (rt__load_acquire_u32(&r->stopping)) {
-        timer_unlock(t, phase);
+        rt__timer_unlock(t, phase);
         if (err != NULL)
             *err = -ESHUTDOWN;
         return RT_READY;
     }
     rt_waker old = rt__waker_store(&t->waker, rt_context_waker(cx));
-    timer_unlock(t, phase);
+    rt__timer_unlock(t, phase);
     rt__waker_drop(&old);
     rt__coop_refund();
     return RT_PENDING;
@@ -248,11 +134,11 @@ RT_EXPORT void rt_sleep_drop(rt_sleep *s)
     if (t == NULL)
         return;
     s->timer = NULL;
-    uint32_t phase = timer_lock(t, RT__TIMER_FIRED);
+    uint32_t phase = rt__timer_lock(t, RT__TIMER_FIRED);
     rt_waker w = t->waker;
     t->waker = rt__waker_noop();
     if (phase == RT__TIMER_QUEUED || phase == RT__TIMER_FILED) {
-        timer_unlock(t, RT__TIMER_CANCELLED);
+        rt__timer_unlock(t, RT__TIMER_CANCELLED);
         /* A filed timer is unfiled soon rather than at its deadline (no
          * hurry, and no kick: a cancelled timer that fires is dropped). One
          * still queued needs nothing: the reactor will find it cancelled. */
@@ -263,10 +149,10 @@ RT_EXPORT void rt_sleep_drop(rt_sleep *s)
                 rt__faa_u32(&t->refs, (uint32_t)-1); /* the future still holds one */
         }
     } else {
-        timer_unlock(t, phase);
+        rt__timer_unlock(t, phase);
     }
     rt__waker_drop(&w);
-    timer_unref(t, 1); /* the future's */
+    rt__timer_unref(t, 1); /* the future's */
 }
 
 /* ---- Timeout ------------------------------------------------------------------ */

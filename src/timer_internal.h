@@ -1,6 +1,6 @@
 /* A timer handed from a future to the reactor. Internal, not installed.
  *
- * Allocated (timer.c, "Memory") and reference counted, because the future
+ * Allocated ("Memory" below) and reference counted, because the future
  * that owns it may be dropped (a task aborted) while the reactor still has
  * the timer filed in its wheel or queued as a command.
  *
@@ -9,7 +9,7 @@
  * dropped), milliseconds apart, so every touch is a cache miss that moves
  * the line between cores: each line the timer spans costs a miss at every
  * hand-off. The timer is therefore exactly 64 bytes and placed at a 64-byte
- * boundary (timer.c, "Memory"), and its lock, its phase and its counted
+ * boundary ("Memory" below), and its lock, its phase and its counted
  * references share that line.
  *
  * State word: a phase in bits 0-1 and a lock bit.
@@ -58,8 +58,12 @@
 #include <asyncrt/future.h>
 #include <asyncrt/runtime.h>
 
+#include "block_cache.h"
+#include "common.h"
 #include "reactor.h"
+#include "spinlock.h"
 #include "timer_wheel.h"
+#include "waker.h"
 
 enum {
     /* Armed by its future; the arm command is queued (or in a worker's
@@ -92,7 +96,71 @@ typedef struct rt__timer {
     uint32_t state;
 } rt__timer;
 
-/* The reactor's side: a command taken from the queue, a timer the wheel
+/* ---- Memory ------------------------------------------------------------------
+ *
+ * A timer lives in a block of the block pool (RT__BLOCK_SIZE, the size of a
+ * small task): on a worker or the reactor thread the block comes from and
+ * goes back to that thread's block cache, like a task's, and elsewhere
+ * straight from and to the block pool. Every sleep allocates one and frees
+ * it when it ends, and malloc's fast bins overflow when 100,000 sleeps are
+ * armed before any ends (malloc and free then cost about a fifth of a
+ * sleeping task's instructions). All blocks are alike, so any of them may go
+ * to any cache.
+ *
+ * Pool blocks are aligned to their size, so the timer is the block's second
+ * line, and the block is found again by subtracting a line. */
+_Static_assert(sizeof(rt__timer) == RT_CACHELINE, "a timer is one cache line");
+_Static_assert(RT__BLOCK_SIZE == 2 * RT_CACHELINE, "a block is two lines");
+
+static inline rt__timer *rt__timer_alloc(void)
+{
+    char *block = rt__block_alloc(rt__current_block_cache());
+    return block != NULL ? (rt__timer *)(block + RT_CACHELINE) : NULL;
+}
+
+static inline void rt__timer_free(rt__timer *t)
+{
+    rt__block_free(rt__current_block_cache(), (char *)t - RT_CACHELINE);
+}
+
+static inline void rt__timer_unref(rt__timer *t, uint32_t n)
+{
+    /* Full barrier: every use of the timer happens before its free. */
+    if (rt__faa_u32(&t->refs, -n) == n) {
+        rt__waker_drop(&t->waker);
+        rt__timer_free(t);
+    }
+}
+
+/* ---- The lock bit (timer_internal.h) --------------------------------------- */
+
+/* Takes the lock and returns the phase. `guess` is the phase the caller
+ * expects: the first CAS is tried with it, so that the usual case costs one
+ * locked instruction on the (usually cold) line instead of a load and then a
+ * CAS. The CAS is the acquire that pairs with rt__timer_unlock's release. */
+static inline uint32_t rt__timer_lock(rt__timer *t, uint32_t guess)
+{
+    uint32_t expected = guess;
+    unsigned spins = 0;
+    for (;;) {
+        if (rt__cas_u32(&t->state, &expected, expected | RT__TIMER_LOCKED))
+            return expected;
+        if (expected & RT__TIMER_LOCKED) {
+            /* Held by the timer's other side, for a few instructions. */
+            rt__spin_backoff(&spins);
+            expected &= RT__TIMER_PHASE;
+        }
+    }
+}
+
+/* Releases the lock, setting the phase: pairs with timer_lock's CAS and
+ * with the load-acquire in rt_sleep_poll. */
+static inline void rt__timer_unlock(rt__timer *t, uint32_t phase)
+{
+    rt__store_release_u32(&t->state, phase);
+}
+
+/* The reactor's side (timer_reactor.c): a command taken from the queue, a timer the wheel
  * fires (`batch` gathers the wakes), and a timer left in the wheel when the
  * reactor stops (its waiter is woken, to see -ESHUTDOWN). */
 void rt__timer_command(rt__reactor *r, rt__timer *t);

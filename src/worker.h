@@ -85,13 +85,9 @@ typedef struct rt__worker {
      * this worker dequeues. */
     rt__injector inbox;
     bool inbox_ready; /* inbox initialised (for cleanup) */
-    /* Operations the current poll may still complete (rt_coop_proceed), and
-     * how many each poll starts with (rt_config.budget; 0: no budget). */
-    uint32_t budget;
+    /* The operations each poll may complete (rt_config.budget; 0: no
+     * budget): budget.h. */
     uint32_t budget_limit;
-    /* The block of task ids this worker hands out: next_id up to id_limit. */
-    uint64_t next_id;
-    uint64_t id_limit;
     /* Timer commands not yet handed to the reactor (reactor.h). */
     rt__timer_batch timer_batch;
     /* The tasks spawned on this worker (owner only). */

@@ -1,0 +1,24 @@
+/* The scheduler's entry points for the layers above it: spawning with a
+ * chosen id, and the task waker, which the toolkit compares against to
+ * prefetch a task it is about to wake. Internal, not installed. */
+#ifndef RT_SRC_SPAWN_H
+#define RT_SRC_SPAWN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <asyncrt/future.h>
+#include <asyncrt/runtime.h>
+#include <asyncrt/task.h>
+
+/* The waker of a runtime task: data is the task (spawn.c). */
+extern const rt_waker_vtable rt__task_waker_vtable;
+
+/* rt_spawn_ex with the task's id chosen by the caller (from
+ * rt__task_new_id; 0: a new one), so that the caller knows it without
+ * touching the task, which may be finished and freed by the time the spawn
+ * returns. */
+int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+              const void *state, size_t size, rt_task **handle, uint64_t id);
+
+#endif
