@@ -11,7 +11,7 @@ static __thread char tls_marker;
 void rt__set_current_worker(rt__worker *w)
 {
     rt__tls_worker = w;
-    rt__block_cache_set_current(w != NULL ? &w->cache : NULL);
+    rt__block_cache_set_current(w != NULL ? &w->own.cache : NULL);
 }
 
 rt_runtime *rt__thread_shutting_down(void)

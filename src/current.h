@@ -21,6 +21,13 @@ static inline rt__worker *rt__worker_current(void)
     return rt__tls_worker;
 }
 
+/* The task the calling worker is polling (or dropping), else NULL. */
+static inline struct rt_task *rt__task_current(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? w->own.current : NULL;
+}
+
 /* The worker loop marks its thread on start (w) and on exit (NULL), and
  * installs the worker's block cache as the thread's (block_cache.h). */
 void rt__set_current_worker(rt__worker *w);
@@ -31,7 +38,7 @@ void rt__set_current_worker(rt__worker *w);
 static inline rt__timer_batch *rt__current_timer_batch(rt_runtime *rt)
 {
     rt__worker *w = rt__worker_current();
-    return w != NULL && w->rt == rt ? &w->timer_batch : NULL;
+    return w != NULL && w->rt == rt ? &w->own.timer_batch : NULL;
 }
 
 /* The runtime whose shutdown the calling thread is cancelling tasks for

@@ -167,7 +167,7 @@ static rt_poll group_child_poll(void *state, rt_context *cx, void **out)
         /* Cancelled before this poll could see a waker to abort: abort
          * ourselves, so the worker drops us right after this poll exactly
          * as for rt_task_abort (and counts the task cancelled). */
-        rt_task_abort(rt__worker_current()->current);
+        rt_task_abort(rt__task_current());
         return RT_PENDING;
     }
     if (c->poll(c->inner, cx, &c->out) != RT_READY)

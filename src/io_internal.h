@@ -27,8 +27,7 @@ void rt__io_clear_ready(rt_io *io, unsigned dir, uint32_t tick);
  * of `dir` is forgotten unless an event came since `tick`, so the next
  * rt__io_poll_ready waits for one), false when *result now holds -errno and
  * the caller should report it. Inline: every transfer's loop ends in it. */
-static inline bool rt__io_retry_after_error(rt_io *io, unsigned dir, uint32_t tick,
-                                            ssize_t *result)
+static inline bool rt__io_retry_after_error(rt_io *io, unsigned dir, uint32_t tick, ssize_t *result)
 {
     int e = errno; /* read first: nothing below may change it */
     if (e == EINTR)

@@ -63,7 +63,7 @@ int64_t rt__now_ns(void);
 /* What rt__now_ns() (and so rt_now_ns()) last returned on this thread, and how
  * many times it has been called there. A reading costs 25 ns on a VM's
  * kvm-clock; the worker loop reuses one its last poll made instead of taking
- * its own (scheduler.c, the timer batch's age). Only its own thread touches
+ * its own (worker.c, the timer batch's age). Only its own thread touches
  * it. */
 typedef struct rt__clock_reading {
     int64_t last;   /* the value last returned */

@@ -49,7 +49,6 @@
 /* data.ptr of the eventfd's registration: never a valid rt_io. */
 static char wakefd_marker;
 
-
 /* Set once by the first ENOSYS from epoll_pwait2 (see reactor_wait); read
  * relaxed: it only ever goes from 0 to 1. */
 static uint32_t no_pwait2;

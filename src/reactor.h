@@ -57,13 +57,16 @@ typedef struct rt__reactor {
     int wakefd;            /* eventfd: a write wakes the reactor */
     int napfd;             /* a second epoll instance, holding only wakefd: naps wait on it */
     pthread_t thread;      /* the reactor thread */
-    struct rt__wake_batch *batch; /* the thread's wake batch, made before it starts */
     bool running;          /* the thread was started and not joined yet */
     int64_t epoch_ns;      /* rt__now_ns() at start: tick 0 of the wheel */
-    int64_t nap_ns;        /* the next nap's length, at most nap_max_ns (reactor.c, "Naps") */
     int64_t nap_max_ns;    /* rt_config.reactor_nap_ns */
-    rt__reactor_hooks hooks; /* the scheduler, as far as the reactor knows it */
     rt__timer_wheel wheel; /* reactor thread only */
+    /* The thread's wake batch, made before it starts. */
+    struct rt__wake_batch *batch;
+    /* The next nap's length, at most nap_max_ns (reactor.c, "Naps"). */
+    int64_t nap_ns;
+    /* The scheduler, as far as the reactor knows it. */
+    rt__reactor_hooks hooks;
 
     /* Timers armed or cancelled by other threads (MPSC; the reactor is the
      * only consumer, so it dequeues without a lock). */
@@ -126,7 +129,7 @@ void rt__reactor_end_nap(rt__reactor *r);
 
 /* Whether the reactor should have woken up at least RT__REACTOR_OVERDUE_NS
  * before `now_ns` (rt__now_ns()) and has not run since: then it is waiting
- * for a CPU, and a worker that sees this yields its own (scheduler.c).
+ * for a CPU, and a worker that sees this yields its own (worker.c).
  *
  * On a machine with fewer cores than busy threads, a reactor that asked to
  * sleep 50 us may run again only milliseconds later, and every timer due
@@ -151,8 +154,8 @@ bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns);
 typedef struct rt__timer_batch {
     struct rt__timer *timers[RT__TIMER_BATCH]; /* commands not yet handed over */
     unsigned len;                              /* entries in use */
-    uint64_t min_tick; /* the earliest deadline among them (wheel ticks) */
-    int64_t since;     /* when the first came (rt_now_ns) */
+    uint64_t min_tick;                         /* the earliest deadline among them (wheel ticks) */
+    int64_t since;                             /* when the first came (rt_now_ns) */
 } rt__timer_batch;
 
 /* Queues a timer command (timer_internal.h), handing the reactor one
@@ -206,9 +209,9 @@ uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
 #define RT__WAKE_LAG 8
 typedef struct rt__wake_batch {
     const rt__reactor_hooks *hooks; /* the reactor's */
-    unsigned n;         /* tasks gathered */
-    unsigned lag_first; /* index in `lagging` of the oldest held-back waker */
-    unsigned lag_count; /* held-back wakers, from lag_first on (modulo RT__WAKE_LAG) */
+    unsigned n;                     /* tasks gathered */
+    unsigned lag_first;             /* index in `lagging` of the oldest held-back waker */
+    unsigned lag_count;             /* held-back wakers, from lag_first on (modulo RT__WAKE_LAG) */
     rt_waker lagging[RT__WAKE_LAG];
     struct rt_task *tasks[RT__WAKE_BATCH];
 } rt__wake_batch;

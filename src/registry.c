@@ -110,7 +110,7 @@ void rt__registry_sweep_idle(rt__worker *w)
 {
     uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
     if (sweep_worthwhile(&w->registry, polls)) {
-        rt__registry_sweep(&w->registry, &w->cache);
+        rt__registry_sweep(&w->registry, &w->own.cache);
         w->registry.polls_at_sweep = polls;
     }
     /* Foreign-spawned tasks run on every worker: use the total polls. Each

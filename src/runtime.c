@@ -57,7 +57,7 @@ static void destroy(rt_runtime *rt)
         if (rt->workers[i].inbox_ready)
             rt__injector_destroy(&rt->workers[i].inbox);
         free(rt->workers[i].registry.tasks);
-        rt__block_cache_clear(&rt->workers[i].cache);
+        rt__block_cache_clear(&rt->workers[i].own.cache);
     }
     rt__block_pool_detach();
     if (rt->blocking != NULL)
@@ -155,7 +155,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         rt__worker *w = &rt->workers[i];
         rt__deque_init(&w->deque);
         rt__parker_init(&w->parker);
-        rt__block_cache_init(&w->cache);
+        rt__block_cache_init(&w->own.cache);
         if ((err = rt__injector_init(&w->inbox)) < 0) {
             destroy(rt); /* everything is initialised by now */
             return err;
@@ -163,7 +163,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         w->inbox_ready = true;
         w->rt = rt;
         w->index = i;
-        w->rng = 0x9e3779b9u * (i + 1);
+        w->own.rng = 0x9e3779b9u * (i + 1);
         w->budget_limit = cfg->budget;
     }
     /* The runtime's threads block SIGPIPE (they inherit the mask): a write

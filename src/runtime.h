@@ -1,7 +1,9 @@
-/* The runtime object that ties workers, queues, the reactor and the blocking
- * pool together, the cooperative budget, and the scheduling entry points
- * (scheduler.c). The task object is in task_internal.h, the registry in
- * registry.h, a worker in worker.h. Internal, not installed. */
+/* The runtime object, which ties the workers, the queues, the reactor and
+ * the blocking pool together, and the scheduler's entry points (schedule.c,
+ * idle.c). It belongs to the scheduler layer: the task layer and the
+ * reactor below it never see it. The task object is in task_internal.h,
+ * the registry in registry.h, a worker in worker.h. Internal, not
+ * installed. */
 #ifndef RT_SRC_RUNTIME_H
 #define RT_SRC_RUNTIME_H
 
@@ -42,7 +44,7 @@ struct rt_runtime {
     /* Size of the reactor's last batch of wakes (a hint for fair shares). */
     uint64_t wakes_batch;
 
-    /* Idle coordination (scheduler.c). */
+    /* Idle coordination (idle.c). */
     RT_ALIGNED_CACHELINE uint64_t idle_state;
     pthread_mutex_t sleepers_lock;
     unsigned *sleepers; /* stack of parked worker indices */

@@ -31,8 +31,8 @@ static void task_waker_drop(const void *data)
 static inline bool self_wake(rt_task *t)
 {
     rt__worker *w = rt__worker_current();
-    if (w != NULL && w->current == t) {
-        w->current_notified = true;
+    if (w != NULL && w->own.current == t) {
+        w->own.current_notified = true;
         return true;
     }
     return false;
@@ -141,7 +141,7 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     rt__block_cache *cache;
     rt__registry *registry;
     if (w != NULL) {
-        cache = &w->cache;
+        cache = &w->own.cache;
         registry = &w->registry;
     } else {
         sh = rt__foreign_shard_of_thread(rt);
@@ -208,14 +208,13 @@ RT_EXPORT int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, c
 
 RT_EXPORT uint64_t rt_task_current_id(void)
 {
-    rt__worker *w = rt__worker_current();
-    return w != NULL && w->current != NULL ? w->current->id : 0;
+    rt_task *t = rt__task_current();
+    return t != NULL ? t->id : 0;
 }
 
 RT_EXPORT const char *rt_task_current_name(void)
 {
-    rt__worker *w = rt__worker_current();
-    return w != NULL && w->current != NULL ? rt_task_name(w->current) : NULL;
+    return rt_task_name(rt__task_current());
 }
 
 RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
@@ -255,4 +254,3 @@ RT_EXPORT void rt_task_abort(rt_task *task)
         break;
     }
 }
-

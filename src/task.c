@@ -34,7 +34,7 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
 }
 
 rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name, int pinned,
-                           uint64_t *flags)
+                        uint64_t *flags)
 {
     rt_task *t;
     if (name == NULL && pinned == -1) {
@@ -108,8 +108,7 @@ bool rt__task_wake_transition(rt_task *t, bool preclaim)
     return true;
 }
 
-rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable,
-                                 rt_runtime *rt)
+rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable, rt_runtime *rt)
 {
     rt_waker taken = *w;
     *w = rt_waker_noop();

@@ -55,4 +55,3 @@ void rt__timer_release_at_stop(rt__timer_entry *entry, void *unused)
     rt__waker_wake(&w);
     rt__timer_unref(t, 1);
 }
-
