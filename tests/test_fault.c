@@ -1,6 +1,6 @@
 /* Fault injection: real scenarios run once for every resource request they
  * make, with that request failed, and again with every request from it on
- * failed (builds with -Dfault_injection=true; src/fault.h).
+ * failed (builds with -Dfault_injection=true; src/base/fault.h).
  *
  * Each case runs in a process of its own (fault_case.c, which says what it
  * checks), so that a crash, a hang or a leak belongs to exactly one case and

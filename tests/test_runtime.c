@@ -612,7 +612,7 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
 /* ---- fork ------------------------------------------------------------------- */
 
 /* Task blocks come from one pool per process, guarded by one mutex
- * (src/block_pool.c). A fork while a worker holds that mutex must not leave
+ * (src/base/block_pool.c). A fork while a worker holds that mutex must not leave
  * it locked in the child, or the child's first runtime would hang on its
  * first spawn. Here workers churn blocks while the main thread forks, and
  * every child runs a runtime of its own. */

@@ -163,7 +163,7 @@ Test(timer, sleeps_dropped_and_repolled_while_the_reactor_fires_keep_every_promi
  * just before the last look at the queue, or a waker stored while the
  * reactor released its wheel), and nothing may leak. */
 /* In debug-yield builds the library has named race windows a test may
- * stretch (src/atomic.h, RT__DEBUG_WINDOW); elsewhere the hook is absent and
+ * stretch (src/base/atomic.h, RT__DEBUG_WINDOW); elsewhere the hook is absent and
  * this weak reference is NULL. Stretching makes the two races certain: a
  * first poll that has passed the reactor's stopping check when shutdown
  * begins, and a second poll between its checks and its lock. */
@@ -298,7 +298,7 @@ Test(timer, sleeps_armed_by_hand_while_the_runtime_shuts_down_are_woken_and_leak
     }
 }
 
-/* A reactor files at most 1024 commands per turn (src/reactor.c); at
+/* A reactor files at most 1024 commands per turn (src/reactor/reactor.c); at
  * shutdown it must still release every command queued, however many turns'
  * worth. The hook holds one reactor turn (debug-yield builds) while this
  * thread arms more than two turns' worth of sleeps by hand, and lets it go
