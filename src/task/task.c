@@ -14,11 +14,6 @@
 #include "task_internal.h"
 #include "waker.h"
 
-static inline void *task_future_state(rt_task *t)
-{
-    return t->future_state;
-}
-
 void rt__task_recycle(rt__block_cache *cache, rt_task *t)
 {
     /* Never touches t->rt: the runtime may already be freed. The flags are
@@ -33,17 +28,10 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
     }
 }
 
-rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name, int pinned,
-                        uint64_t *flags)
+rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, uint64_t *flags)
 {
     rt_task *t;
     if (name == NULL && pinned == -1) {
-        if (sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK) {
-            if ((t = rt__block_alloc(cache)) == NULL)
-                return NULL;
-            *flags = RT__TASK_SMALL;
-            return t;
-        }
         *flags = 0;
         return rt__malloc(sizeof(rt_task) + size);
     }
@@ -70,19 +58,15 @@ rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name, i
 /* Task ids come from one process-wide counter. Each thread takes them in
  * blocks, so spawning does not write a shared cache line each time. */
 static uint64_t next_task_id = 1;
-#define RT__TASK_ID_BLOCK 1024
 
-/* The calling thread's block of ids: next_id up to id_limit. */
-static __thread uint64_t tls_next_id __attribute__((tls_model("initial-exec")));
-static __thread uint64_t tls_id_limit __attribute__((tls_model("initial-exec")));
+__thread rt__task_ids rt__tls_task_ids __attribute__((tls_model("initial-exec")));
 
-uint64_t rt__task_new_id(void)
+uint64_t rt__task_new_id_block(void)
 {
-    if (tls_next_id == tls_id_limit) {
-        tls_next_id = rt__faa_u64(&next_task_id, RT__TASK_ID_BLOCK);
-        tls_id_limit = tls_next_id + RT__TASK_ID_BLOCK;
-    }
-    return tls_next_id++;
+    rt__task_ids *ids = &rt__tls_task_ids;
+    ids->next = rt__faa_u64(&next_task_id, RT__TASK_ID_BLOCK);
+    ids->limit = ids->next + RT__TASK_ID_BLOCK;
+    return ids->next++;
 }
 
 void rt__task_unref(rt_task *t, uint64_t n)
@@ -140,26 +124,6 @@ RT_EXPORT const char *rt_task_name(const rt_task *task)
 }
 
 /* ---- Completion ---------------------------------------------------------- */
-
-void rt__task_complete(rt_task *t, bool cancelled, uint64_t drop_refs)
-{
-    if (!rt__task_state_complete(t, cancelled, drop_refs))
-        return;
-    /* JOIN_WAKER was set when we completed: the field is ours to use. */
-    rt_waker_wake_by_ref(&t->join_waker);
-    if (rt__task_state_join_woken(t)) {
-        /* The handle went away while we were waking: we drop the waker. */
-        rt_waker_drop(&t->join_waker);
-    }
-    if (drop_refs > 0)
-        rt__task_unref(t, drop_refs);
-}
-
-void rt__task_drop_future(rt_task *t)
-{
-    if (t->drop != NULL)
-        t->drop(task_future_state(t));
-}
 
 void rt__task_cancel_at_shutdown(rt_task *t)
 {

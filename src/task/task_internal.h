@@ -393,13 +393,26 @@ static inline int rt__task_pinned(rt_task *t)
 #define RT__TASK_SMALL_BLOCK 128
 _Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
 
-/* Allocates a task for `size` bytes of state, from `cache` when it can be a
- * small block (NULL: the block pool). Without a name and a pinned worker (-1)
- * it may be a small block; with either the allocation starts with an
- * rt__task_ext and ends with a copy of the name. *flags receives the
- * immutable flag bits for the state word. NULL when out of memory. */
-rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name, int pinned,
-                        uint64_t *flags);
+/* Allocates a task for `size` bytes of state (rt__task_alloc) when it cannot
+ * be a small block: with a name or a pinned worker the allocation starts
+ * with an rt__task_ext and ends with a copy of the name. */
+rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, uint64_t *flags);
+
+/* Allocates a task for `size` bytes of state: without a name and a pinned
+ * worker (-1), and small enough, a block from `cache` (NULL: the block
+ * pool), else rt__task_alloc_large. *flags receives the immutable flag bits
+ * for the state word. NULL when out of memory. Inline: every spawn. */
+static inline rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name,
+                                      int pinned, uint64_t *flags)
+{
+    if (rt__likely(name == NULL && pinned == -1 &&
+                   sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK)) {
+        rt_task *t = rt__block_alloc(cache);
+        *flags = RT__TASK_SMALL;
+        return t;
+    }
+    return rt__task_alloc_large(size, name, pinned, flags);
+}
 
 /* Frees the task's memory (the last reference is gone) into `cache` (NULL:
  * straight to the block pool, or to malloc for a task that is no block). */
@@ -415,7 +428,6 @@ void rt__task_cancel_at_shutdown(rt_task *t);
  * rt_block_on can have everything it needs before it spawns. */
 int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
 
-
 /* The state transition of a wake by value (the waker's reference comes
  * with it): returns true when the task was idle and is now marked for a run
  * queue (NOTIFIED, or RUNNING when `preclaim`: queued already claimed), the
@@ -427,16 +439,32 @@ bool rt__task_wake_transition(rt_task *t, bool preclaim);
  * scheduler's) of a task of `rt` that must be scheduled, returns the task
  * with its queue reference, NOTIFIED, for the caller to schedule in a batch;
  * otherwise wakes it the ordinary way and returns NULL. */
-rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable,
-                                 rt_runtime *rt);
+rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable, rt_runtime *rt);
 
 /* Marks the task COMPLETE (cancelled or not), wakes its joiner and drops
  * `drop_refs` of the caller's references. The caller owns RUNNING. The
- * registry notices the completion at its next sweep. */
-void rt__task_complete(rt_task *t, bool cancelled, uint64_t drop_refs);
+ * registry notices the completion at its next sweep. Inline: every task's
+ * end. */
+static inline void rt__task_complete(rt_task *t, bool cancelled, uint64_t drop_refs)
+{
+    if (!rt__task_state_complete(t, cancelled, drop_refs))
+        return;
+    /* JOIN_WAKER was set when we completed: the field is ours to use. */
+    rt_waker_wake_by_ref(&t->join_waker);
+    if (rt__task_state_join_woken(t)) {
+        /* The handle went away while we were waking: we drop the waker. */
+        rt_waker_drop(&t->join_waker);
+    }
+    if (drop_refs > 0)
+        rt__task_unref(t, drop_refs);
+}
 
 /* Runs the task's drop function on its future's state, if it has one. */
-void rt__task_drop_future(rt_task *t);
+static inline void rt__task_drop_future(rt_task *t)
+{
+    if (t->drop != NULL)
+        t->drop(t->future_state);
+}
 
 /* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when
  * out of memory; the pool's queue holds one reference, the handle another.
@@ -461,8 +489,24 @@ static inline void rt__task_fifo_append(rt_task **head, rt_task **tail, rt_task 
     *tail = t;
 }
 
-/* A new task id (see task.c). */
-uint64_t rt__task_new_id(void);
+/* The calling thread's block of task ids (task.c): next up to limit. */
+#define RT__TASK_ID_BLOCK 1024
+typedef struct rt__task_ids {
+    uint64_t next;
+    uint64_t limit;
+} rt__task_ids;
+extern __thread rt__task_ids rt__tls_task_ids __attribute__((tls_model("initial-exec")));
 
+/* Takes a new block of ids and returns its first. */
+uint64_t rt__task_new_id_block(void);
+
+/* A new task id, unique in the process. Inline: every spawn. */
+static inline uint64_t rt__task_new_id(void)
+{
+    rt__task_ids *ids = &rt__tls_task_ids;
+    if (rt__unlikely(ids->next == ids->limit))
+        return rt__task_new_id_block();
+    return ids->next++;
+}
 
 #endif
