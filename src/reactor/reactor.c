@@ -625,6 +625,22 @@ static void *reactor_main(void *arg)
     return NULL;
 }
 
+/* Frees what rt__reactor_start made (the wake batch, the descriptors, the
+ * release lock): after a failed start, or once the thread has been joined. */
+static void release_resources(rt__reactor *r)
+{
+    free(r->batch);
+    r->batch = NULL;
+    if (r->napfd >= 0)
+        close(r->napfd);
+    if (r->wakefd >= 0)
+        close(r->wakefd);
+    if (r->epfd >= 0)
+        close(r->epfd);
+    r->epfd = r->wakefd = r->napfd = -1;
+    pthread_mutex_destroy(&r->release_lock);
+}
+
 int rt__reactor_start(rt__reactor *r, int64_t nap_max_ns, const rt__reactor_hooks *hooks)
 {
     memset(r, 0, sizeof(*r));
@@ -675,16 +691,7 @@ int rt__reactor_start(rt__reactor *r, int64_t nap_max_ns, const rt__reactor_hook
 fail_errno:
     err = -errno;
 fail:
-    free(r->batch);
-    r->batch = NULL;
-    if (r->napfd >= 0)
-        close(r->napfd);
-    if (r->wakefd >= 0)
-        close(r->wakefd);
-    if (r->epfd >= 0)
-        close(r->epfd);
-    r->epfd = r->wakefd = r->napfd = -1;
-    pthread_mutex_destroy(&r->release_lock);
+    release_resources(r);
     return err;
 }
 
@@ -718,14 +725,5 @@ void rt__reactor_stop(rt__reactor *r)
     (void)left;
     rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
     free_released(r);
-    free(r->batch);
-    r->batch = NULL;
-    if (r->napfd >= 0)
-        close(r->napfd);
-    if (r->wakefd >= 0)
-        close(r->wakefd);
-    if (r->epfd >= 0)
-        close(r->epfd);
-    r->epfd = r->wakefd = r->napfd = -1;
-    pthread_mutex_destroy(&r->release_lock);
+    release_resources(r);
 }

@@ -152,29 +152,49 @@ RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
     return err;
 }
 
-struct oneshot_blocking {
-    rt_oneshot *o;
+/* ---- Receiving from a foreign thread -------------------------------------- */
+
+/* A receive poll of either kind (a oneshot, a channel): the value and the
+ * status come out as rt_oneshot_recv and rt_chan_recv give them. */
+typedef rt_poll (*recv_poll_fn)(void *from, rt_context *cx, void **value, int *status);
+
+struct recv_blocking {
+    recv_poll_fn poll;
+    void *from;
     void *value;
     int status;
 };
 
-static rt_poll oneshot_blocking_poll(void *arg, rt_context *cx)
+static rt_poll recv_blocking_poll(void *arg, rt_context *cx)
 {
-    struct oneshot_blocking *b = arg;
-    return rt_oneshot_recv(b->o, cx, &b->value, &b->status);
+    struct recv_blocking *b = arg;
+    return b->poll(b->from, cx, &b->value, &b->status);
+}
+
+/* The *_recv_blocking calls: parks the calling thread until the receive
+ * completes or timeout_ns passes (rt__block_on_poll). */
+static int recv_blocking(recv_poll_fn poll, void *from, int64_t timeout_ns, void **value)
+{
+    struct recv_blocking b = {poll, from, NULL, 0};
+    int err = rt__block_on_poll(recv_blocking_poll, &b, timeout_ns);
+    if (err == 0)
+        err = b.status;
+    if (value != NULL)
+        *value = b.value;
+    return err;
+}
+
+/* rt_oneshot_recv as the kind of receive recv_blocking repeats. */
+static rt_poll oneshot_recv_any(void *o, rt_context *cx, void **value, int *status)
+{
+    return rt_oneshot_recv(o, cx, value, status);
 }
 
 RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
 {
     if (o == NULL)
         return -EINVAL;
-    struct oneshot_blocking b = {o, NULL, 0};
-    int err = rt__block_on_poll(oneshot_blocking_poll, &b, timeout_ns);
-    if (err == 0)
-        err = b.status;
-    if (value != NULL)
-        *value = b.value;
-    return err;
+    return recv_blocking(oneshot_recv_any, o, timeout_ns, value);
 }
 
 RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
@@ -460,29 +480,17 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
     return RT_READY;
 }
 
-struct chan_recv_blocking {
-    rt_chan *ch;
-    void *value;
-    int status;
-};
-
-static rt_poll chan_recv_blocking_poll(void *arg, rt_context *cx)
+/* rt_chan_recv as the kind of receive recv_blocking repeats. */
+static rt_poll chan_recv_any(void *ch, rt_context *cx, void **value, int *status)
 {
-    struct chan_recv_blocking *b = arg;
-    return rt_chan_recv(b->ch, cx, &b->value, &b->status);
+    return rt_chan_recv(ch, cx, value, status);
 }
 
 RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
 {
     if (ch == NULL)
         return -EINVAL;
-    struct chan_recv_blocking b = {ch, NULL, 0};
-    int err = rt__block_on_poll(chan_recv_blocking_poll, &b, timeout_ns);
-    if (err == 0)
-        err = b.status;
-    if (value != NULL)
-        *value = b.value;
-    return err;
+    return recv_blocking(chan_recv_any, ch, timeout_ns, value);
 }
 
 RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)

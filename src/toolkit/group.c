@@ -334,6 +334,15 @@ static int init_timer(rt_group *g, rt_sleep *sleep, int *timed, int64_t timeout_
     return *timed ? rt_sleep_init(sleep, g->rt, timeout_ns) : 0;
 }
 
+/* The drop of a wait: its timeout, if it has one, and the group it names. */
+static void drop_timeout(rt_sleep *sleep, int *timed, rt_group **group)
+{
+    if (*timed)
+        rt_sleep_drop(sleep);
+    *timed = 0;
+    *group = NULL;
+}
+
 RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns)
 {
     if (op == NULL || g == NULL)
@@ -395,12 +404,8 @@ ready:
 
 RT_EXPORT void rt_group_next_drop(rt_group_next *op)
 {
-    if (op == NULL)
-        return;
-    if (op->timed)
-        rt_sleep_drop(&op->sleep);
-    op->timed = 0;
-    op->group = NULL;
+    if (op != NULL)
+        drop_timeout(&op->sleep, &op->timed, &op->group);
 }
 
 static int wait_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns, int closing)
@@ -481,12 +486,8 @@ ready_keep:
 
 RT_EXPORT void rt_group_wait_drop(rt_group_wait *op)
 {
-    if (op == NULL)
-        return;
-    if (op->timed)
-        rt_sleep_drop(&op->sleep);
-    op->timed = 0;
-    op->group = NULL;
+    if (op != NULL)
+        drop_timeout(&op->sleep, &op->timed, &op->group);
 }
 
 RT_EXPORT void rt_group_free(rt_group *g)
