@@ -40,6 +40,19 @@ static struct event race_queued = EVENT_INIT;
 
 /* ---- mutex: basics -------------------------------------------------------- */
 
+/* Queues two lock operations on `m`, which the caller holds: op1 (polled
+ * through h1) first, then op2 (through h2). */
+static void queue_two_lockers(rt_mutex *m, struct hand *h1, rt_mutex_lock *op1, struct hand *h2,
+                              rt_mutex_lock *op2)
+{
+    hand_init(h1);
+    hand_init(h2);
+    cr_assert_eq(rt_mutex_lock_init(op1, m), 0);
+    cr_assert_eq(rt_mutex_lock_init(op2, m), 0);
+    cr_assert_eq(rt_mutex_lock_poll(op1, &h1->cx), RT_PENDING);
+    cr_assert_eq(rt_mutex_lock_poll(op2, &h2->cx), RT_PENDING);
+}
+
 Test(sync, mutex_try_lock_and_unlock_basics)
 {
     rt_mutex m;
@@ -75,13 +88,8 @@ Test(sync, mutex_unlock_hands_the_lock_to_the_oldest_waiter_without_barging)
     cr_assert_eq(rt_mutex_init(&m), 0);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
     struct hand h1, h2;
-    hand_init(&h1);
-    hand_init(&h2);
     rt_mutex_lock op1, op2;
-    cr_assert_eq(rt_mutex_lock_init(&op1, &m), 0);
-    cr_assert_eq(rt_mutex_lock_init(&op2, &m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_PENDING);
-    cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
+    queue_two_lockers(&m, &h1, &op1, &h2, &op2);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h1.w), 1);
     cr_assert_eq(counting_wakes(&h2.w), 0);
@@ -252,13 +260,8 @@ Test(sync, mutex_handed_over_but_uncollected_passes_to_the_next_waiter)
     cr_assert_eq(rt_mutex_init(&m), 0);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
     struct hand h1, h2;
-    hand_init(&h1);
-    hand_init(&h2);
     rt_mutex_lock op1, op2;
-    cr_assert_eq(rt_mutex_lock_init(&op1, &m), 0);
-    cr_assert_eq(rt_mutex_lock_init(&op2, &m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_PENDING);
-    cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
+    queue_two_lockers(&m, &h1, &op1, &h2, &op2);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h1.w), 1);
     rt_mutex_lock_drop(&op1);

@@ -31,6 +31,23 @@ TestSuite(sync, .timeout = 120, .fini = fail_on_leaks);
 
 /* ---- semaphore: arguments and non-waiting forms -------------------------- */
 
+/* Queues three acquisitions on `sem`, which has no permit: big (3 permits,
+ * polled through hb) at the head, then s1 and s2 (1 each). */
+static void queue_big_then_two_small(rt_semaphore *sem, struct hand *hb, rt_semaphore_acquire *big,
+                                     struct hand *hs1, rt_semaphore_acquire *s1, struct hand *hs2,
+                                     rt_semaphore_acquire *s2)
+{
+    hand_init(hb);
+    hand_init(hs1);
+    hand_init(hs2);
+    cr_assert_eq(rt_semaphore_acquire_init(big, sem, 3), 0);
+    cr_assert_eq(rt_semaphore_acquire_init(s1, sem, 1), 0);
+    cr_assert_eq(rt_semaphore_acquire_init(s2, sem, 1), 0);
+    cr_assert_eq(rt_semaphore_acquire_poll(big, &hb->cx), RT_PENDING);
+    cr_assert_eq(rt_semaphore_acquire_poll(s1, &hs1->cx), RT_PENDING);
+    cr_assert_eq(rt_semaphore_acquire_poll(s2, &hs2->cx), RT_PENDING);
+}
+
 Test(sync, semaphore_init_and_release_reject_bad_arguments)
 {
     rt_semaphore sem;
@@ -263,16 +280,8 @@ Test(sync, semaphore_big_acquire_at_the_head_is_not_overtaken_by_small_ones)
     rt_semaphore sem;
     cr_assert_eq(rt_semaphore_init(&sem, 0), 0);
     struct hand hb, hs1, hs2;
-    hand_init(&hb);
-    hand_init(&hs1);
-    hand_init(&hs2);
     rt_semaphore_acquire big, s1, s2;
-    cr_assert_eq(rt_semaphore_acquire_init(&big, &sem, 3), 0);
-    cr_assert_eq(rt_semaphore_acquire_init(&s1, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_init(&s2, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
+    queue_big_then_two_small(&sem, &hb, &big, &hs1, &s1, &hs2, &s2);
     for (int k = 1; k <= 2; k++) {
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
         cr_assert_eq(counting_wakes(&hb.w) + counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0,
@@ -315,16 +324,8 @@ Test(sync, semaphore_dropping_a_partly_served_head_passes_its_permits_on)
     rt_semaphore sem;
     cr_assert_eq(rt_semaphore_init(&sem, 0), 0);
     struct hand hb, hs1, hs2;
-    hand_init(&hb);
-    hand_init(&hs1);
-    hand_init(&hs2);
     rt_semaphore_acquire big, s1, s2;
-    cr_assert_eq(rt_semaphore_acquire_init(&big, &sem, 3), 0);
-    cr_assert_eq(rt_semaphore_acquire_init(&s1, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_init(&s2, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
+    queue_big_then_two_small(&sem, &hb, &big, &hs1, &s1, &hs2, &s2);
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
     cr_assert_eq(counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0);
     /* The head gives up: the two permits it was waiting on go to the next
