@@ -1,6 +1,6 @@
 /* Black-box tests of local (pinned) tasks (asyncrt/task.h: rt_spawn_local,
  * rt_spawn_ex with a worker index or RT_WORKER_CURRENT): every poll on the
- * one worker, whoever wakes the task; a task spawned onto a worker index
+ * one worker, whoever wakes the task (the reactor included); a task spawned onto a worker index
  * from a foreign thread runs there; bad indices are refused; an idle worker
  * never steals them; and local tasks aborted or cancelled at shutdown are
  * dropped once. */
@@ -259,6 +259,72 @@ Test(local, a_local_task_is_polled_only_on_its_worker_whoever_wakes_it)
     cr_assert_eq(atomic_load(&pokes), PIN_TASKS * (PIN_ROUNDS / 3));
     cr_assert_eq(atomic_load(&poker_wrong), 0, "%d tasks pinned to another worker ran elsewhere",
                  atomic_load(&poker_wrong));
+    finish_runtime(rt, 0);
+}
+
+/* ---- local tasks woken by the reactor ------------------------------------------ */
+
+#define SLEEPER_ROUNDS 40
+
+struct local_sleeper {
+    int expected; /* the worker it is pinned to */
+    int rounds;   /* sleeps still to take */
+    int wrong;    /* polls on another worker */
+    int armed;    /* `sleep` is initialised */
+    rt_sleep sleep;
+};
+
+/* Sleeps SLEEPER_ROUNDS times: every wake comes from the reactor's batch,
+ * which must send a local task to its own worker, never to the shared wakes
+ * queue that any worker takes from. */
+static rt_poll local_sleeper_poll(void *state, rt_context *cx, void **out)
+{
+    struct local_sleeper *s = state;
+    if (rt_current_worker() != s->expected)
+        s->wrong++;
+    for (;;) {
+        if (!s->armed) {
+            if (s->rounds == 0) {
+                *out = (void *)(intptr_t)s->wrong;
+                return RT_READY;
+            }
+            cr_assert_eq(rt_sleep_init(&s->sleep, NULL, 200000), 0);
+            s->armed = 1;
+        }
+        int err = 0;
+        if (rt_sleep_poll(&s->sleep, cx, &err) == RT_PENDING)
+            return RT_PENDING;
+        cr_assert_eq(err, 0);
+        rt_sleep_drop(&s->sleep);
+        s->armed = 0;
+        s->rounds--;
+    }
+}
+
+static void local_sleeper_drop(void *state)
+{
+    struct local_sleeper *s = state;
+    if (s->armed)
+        rt_sleep_drop(&s->sleep);
+}
+
+Test(local, a_local_task_woken_by_the_reactor_is_polled_only_on_its_worker)
+{
+    rt_runtime *rt = new_runtime_budget(PIN_WORKERS, -1);
+    rt_task *h[PIN_WORKERS * PIN_TASKS];
+    for (int i = 0; i < PIN_WORKERS * PIN_TASKS; i++) {
+        int worker = i % PIN_WORKERS;
+        struct local_sleeper s = {worker, SLEEPER_ROUNDS, 0, 0, {0}};
+        rt_spawn_options opts = options_for(worker, NULL);
+        cr_assert_eq(
+            rt_spawn_ex(rt, &opts, local_sleeper_poll, local_sleeper_drop, &s, sizeof s, &h[i]), 0);
+    }
+    for (int i = 0; i < PIN_WORKERS * PIN_TASKS; i++) {
+        void *v = NULL;
+        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &v), 0);
+        cr_assert_eq((intptr_t)v, 0, "local task %d was polled %d times on another worker", i,
+                     (int)(intptr_t)v);
+    }
     finish_runtime(rt, 0);
 }
 
