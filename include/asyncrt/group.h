@@ -133,8 +133,10 @@ void rt_group_wait_drop(rt_group_wait *op);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
  * releases the owner's reference without waiting. Results not collected go
- * to dispose (now or as the children finish). g must not be used afterwards.
- * NULL is a no-op. Any thread, drop functions included. */
+ * to dispose (now or as the children finish). Every group needs this call,
+ * also after rt_group_close or rt_group_join_all completed (they wait, but
+ * release nothing). g must not be used afterwards. NULL is a no-op. Any
+ * thread, drop functions included. */
 void rt_group_free(rt_group *g);
 
 #ifdef __cplusplus
