@@ -63,10 +63,10 @@ __thread rt__task_ids rt__tls_task_ids __attribute__((tls_model("initial-exec"))
 
 uint64_t rt__task_new_id_block(void)
 {
-    rt__task_ids *ids = &rt__tls_task_ids;
-    ids->next = rt__faa_u64(&next_task_id, RT__TASK_ID_BLOCK);
-    ids->limit = ids->next + RT__TASK_ID_BLOCK;
-    return ids->next++;
+    uint64_t first = rt__faa_u64(&next_task_id, RT__TASK_ID_BLOCK);
+    rt__tls_task_ids.next = first + 1;
+    rt__tls_task_ids.limit = first + RT__TASK_ID_BLOCK;
+    return first;
 }
 
 void rt__task_unref(rt_task *t, uint64_t n)

@@ -503,10 +503,10 @@ uint64_t rt__task_new_id_block(void);
 /* A new task id, unique in the process. Inline: every spawn. */
 static inline uint64_t rt__task_new_id(void)
 {
-    rt__task_ids *ids = &rt__tls_task_ids;
-    if (rt__unlikely(ids->next == ids->limit))
+    /* The fields by name, not through a pointer: see budget.h. */
+    if (rt__unlikely(rt__tls_task_ids.next == rt__tls_task_ids.limit))
         return rt__task_new_id_block();
-    return ids->next++;
+    return rt__tls_task_ids.next++;
 }
 
 #endif
