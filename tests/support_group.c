@@ -36,6 +36,15 @@ int hand_next(rt_group *g, int64_t timeout_ns, rt_group_result *res)
     return err;
 }
 
+void assert_group_drained(rt_group *g)
+{
+    rt_group_result res;
+    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "a next on an empty open group did not wait");
+    size_t failed;
+    cr_assert_eq(hand_wait(g, true, -1, &failed), 0);
+    cr_assert_eq(hand_next(g, -1, &res), -ECHILD, "a next on an empty closed group");
+}
+
 int hand_wait(rt_group *g, bool closing, int64_t timeout_ns, size_t *failed)
 {
     rt_group_wait op;

@@ -17,6 +17,10 @@ rt_context hand_context(void);
  * status the poll reported. */
 int hand_next(rt_group *g, int64_t timeout_ns, rt_group_result *res);
 
+/* Asserts that `g` has nothing left to collect: a next on it, open, waits
+ * (it times out); once the group is closed, a next reports -ECHILD. */
+void assert_group_drained(rt_group *g);
+
 /* rt_group_join_all (closing false) or rt_group_close (true) polled by hand
  * until ready. Returns the status; *failed receives the failed count. */
 int hand_wait(rt_group *g, bool closing, int64_t timeout_ns, size_t *failed);

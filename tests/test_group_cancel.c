@@ -66,7 +66,7 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
         cr_assert_null(res.value);
     }
     rt_group_result res;
-    cr_assert_eq(hand_next(g, -1, &res), -ECHILD);
+    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "nothing left to collect: the next waits");
     cr_assert(event_wait_for(&child_dropped, CANCEL_N));
     cr_assert_eq(atomic_load(&child_drops), CANCEL_N);
 
@@ -330,8 +330,7 @@ Test(group, cancelling_the_outer_group_cancels_the_grandchildren)
               "only %lu of %d grandchildren were dropped after the outer cancel",
               event_count(&grand_dropped), NEST_MID * NEST_GRAND);
     cr_assert_eq(atomic_load(&grand_alive), 0);
-    rt_group_result res;
-    cr_assert_eq(hand_next(outer, -1, &res), -ECHILD);
+    assert_group_drained(outer);
     rt_group_free(outer);
 
     rt_metrics m;
@@ -477,8 +476,7 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
         cr_assert_eq(res.status, -ECANCELED);
         cr_assert_null(res.value);
     }
-    rt_group_result res;
-    cr_assert_eq(hand_next(a, -1, &res), -ECHILD);
+    assert_group_drained(a);
     rt_group_free(a);
     rt_group_free(b);
 

@@ -1,6 +1,7 @@
 /* Black-box tests of collecting a task group's children (asyncrt/group.h):
  * rt_group_next hands them out in the order they finish, with their ids and
- * values, and wakes an owner polling by hand; -ECHILD on an empty group, bad
+ * values, and wakes an owner polling by hand; a next on an empty group waits
+ * until the group is closed (-ECHILD), bad
  * arguments, spawn options; join_all; rt_group_next with a timeout; the
  * dispose function receiving every result nobody collected; ids from spawn
  * matching the children collected meanwhile; and a failed spawn waking an
@@ -71,7 +72,8 @@ struct order_owner {
 
 /* Opens one gate at a time, in order_perm's order, and collects the child it
  * let through before opening the next: the completion order is the gate
- * order, whatever the scheduling. Then one more next: -ECHILD. */
+ * order, whatever the scheduling. Then one more next, with a zero timeout:
+ * the group is empty but open, so it waits and times out. */
 static rt_poll order_owner_poll(void *state, rt_context *cx, void **out)
 {
     struct order_owner *o = state;
@@ -85,7 +87,7 @@ static rt_poll order_owner_poll(void *state, rt_context *cx, void **out)
         RT_AWAIT(&o->co, rt_group_next_poll(&o->op, cx, &o->r->res[o->k], &o->r->next_rc[o->k]));
         rt_group_next_drop(&o->op);
     }
-    if (rt_group_next_init(&o->op, o->g, -1) != 0)
+    if (rt_group_next_init(&o->op, o->g, 0) != 0)
         RT_RETURN(&o->co, out, 0);
     RT_AWAIT(&o->co, rt_group_next_poll(&o->op, cx, &o->r->res[ORDER_N], &o->r->next_rc[ORDER_N]));
     rt_group_next_drop(&o->op);
@@ -170,7 +172,8 @@ Test(group, next_collects_children_in_completion_order_with_their_ids_and_values
         cr_assert_eq(r.res[k].value, (void *)(1000 + (uintptr_t)i), "value of child %d", i);
         cr_assert_eq(r.res[k].status, 0);
     }
-    cr_assert_eq(r.next_rc[ORDER_N], -ECHILD, "next on an emptied group: %d", r.next_rc[ORDER_N]);
+    cr_assert_eq(r.next_rc[ORDER_N], -ETIMEDOUT, "next on an emptied open group: %d",
+                 r.next_rc[ORDER_N]);
     cr_assert_eq(r.len_after, 0);
     cr_assert_eq(atomic_load(&child_drops), ORDER_N);
     rt_group_free(g);
@@ -224,7 +227,7 @@ Test(group, next_polled_by_hand_waits_for_a_running_child_and_wakes_its_waker)
     cr_assert_eq(atomic_load(&child_drops), 1);
 }
 
-/* ---- -ECHILD, bad arguments -------------------------------------------------- */
+/* ---- empty groups, bad arguments ---------------------------------------------- */
 
 struct in_task_group {
     int new_rc;
@@ -233,8 +236,8 @@ struct in_task_group {
     size_t failed;
 };
 
-/* Makes a group on rt_current() (rt NULL), asks it for a child and for all
- * of them: -ECHILD and 0 straight away, then frees it. */
+/* Makes a group on rt_current() (rt NULL), asks it for a child (pending: it
+ * is empty but open) and for all of them (0 straight away), then frees it. */
 static rt_poll in_task_group_poll(void *state, rt_context *cx, void **out)
 {
     struct in_task_group *s = *(struct in_task_group **)state;
@@ -262,17 +265,19 @@ static rt_poll in_task_group_poll(void *state, rt_context *cx, void **out)
     return RT_READY;
 }
 
-Test(group, next_on_an_empty_group_is_echild_and_join_all_is_ready)
+Test(group, next_on_an_empty_group_waits_until_it_is_closed_and_join_all_is_ready)
 {
     rt_runtime *rt = new_runtime(2);
     rt_group *g = new_group(rt, false);
     cr_assert_eq(rt_group_len(g), 0);
     rt_group_result res;
-    cr_assert_eq(hand_next(g, -1, &res), -ECHILD);
-    cr_assert_eq(hand_next(g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
+    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "an empty open group: the next waits");
     size_t failed;
     cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
     cr_assert_eq(failed, 0);
+    cr_assert_eq(hand_wait(g, true, -1, &failed), 0, "closing an empty group");
+    cr_assert_eq(hand_next(g, -1, &res), -ECHILD, "an empty closed group");
+    cr_assert_eq(hand_next(g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
     rt_group_free(g);
 
     /* The same from inside a task, with the group on rt_current(). */
@@ -280,7 +285,7 @@ Test(group, next_on_an_empty_group_is_echild_and_join_all_is_ready)
     struct in_task_group *sp = &s;
     cr_assert_eq(rt_block_on(rt, in_task_group_poll, NULL, &sp, sizeof sp, NULL), 0);
     cr_assert_eq(s.new_rc, 0, "rt_group_new(NULL) in a task: %s", rt_strerror(s.new_rc));
-    cr_assert_eq(s.next_rc, -ECHILD, "next in a task: %d", s.next_rc);
+    cr_assert_eq(s.next_rc, INT_MAX, "next in a task on an empty group: %d", s.next_rc);
     cr_assert_eq(s.wait_rc, 0, "join_all in a task: %d", s.wait_rc);
     cr_assert_eq(s.failed, 0);
     finish_runtime(rt, 0);
@@ -450,7 +455,7 @@ Test(group, next_with_a_timeout_reports_etimedout_and_the_child_is_still_collect
     cr_assert_eq(res.id, id);
     cr_assert_eq(res.value, (void *)31337);
     cr_assert_eq(res.status, 0);
-    cr_assert_eq(hand_next(g, 10 * SEC, &res), -ECHILD);
+    assert_group_drained(g);
     rt_group_free(g);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&child_drops), 1);
@@ -548,11 +553,7 @@ Test(group, ids_from_spawn_match_children_collected_while_they_are_spawned)
     size_t n = 0;
     while (n < RACE_N) {
         rt_group_result res;
-        int err = hand_next(g, -1, &res);
-        if (err == -ECHILD) {
-            sched_yield(); /* empty for a moment: more are coming */
-            continue;
-        }
+        int err = hand_next(g, -1, &res); /* empty for a moment: it waits */
         cr_assert_eq(err, 0);
         cr_assert_eq(res.status, 0);
         collected[n++] = res.id;
@@ -572,8 +573,9 @@ Test(group, ids_from_spawn_match_children_collected_while_they_are_spawned)
 
 Test(group, a_spawn_that_fails_wakes_an_owner_that_saw_its_child_counted)
 {
-    /* A failing spawn lists its child for a moment: an owner that polls in
-     * that moment waits, and must be woken when the child is taken back. */
+    /* A failing spawn lists its child for a moment: an owner joining the
+     * group in that moment waits for it, and must be woken when the child
+     * is taken back. */
     rt_runtime *rt = new_runtime(2);
     rt_group *g = new_group(rt, false);
     struct racing_spawner *s = calloc(1, sizeof *s);
@@ -583,22 +585,22 @@ Test(group, a_spawn_that_fails_wakes_an_owner_that_saw_its_child_counted)
     cr_assert_eq(pthread_create(&th, NULL, racing_spawner_thread, s), 0);
     rt_context cx = hand_context();
     int pending = 0;
-    rt_group_next op;
+    rt_group_wait op;
     for (;;) {
         memset(&op, 0, sizeof op);
-        cr_assert_eq(rt_group_next_init(&op, g, -1), 0);
+        cr_assert_eq(rt_group_join_all_init(&op, g, -1), 0);
         unsigned long seen = event_count(&hand_woken);
         int err = 0;
-        rt_group_result res;
-        rt_poll r = rt_group_next_poll(&op, &cx, &res, &err);
+        size_t failed = 0;
+        rt_poll r = rt_group_wait_poll(&op, &cx, &failed, &err);
         if (r == RT_PENDING) {
             pending++;
             cr_assert(event_wait_for_s(&hand_woken, seen + 1, 10),
                       "the owner waited on a child whose spawn failed and was never woken");
         } else {
-            cr_assert_eq(err, -ECHILD);
+            cr_assert_eq(err, 0);
         }
-        rt_group_next_drop(&op);
+        rt_group_wait_drop(&op);
         if (r == RT_READY && __atomic_load_n(&s->failures, __ATOMIC_RELAXED) == s->bad_spawns)
             break;
         if (r == RT_READY)

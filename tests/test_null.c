@@ -721,6 +721,9 @@ Test(null, group)
 
     cr_assert_eq(rt_group_new(rt, NULL, NULL, NULL), -EINVAL);
     cr_assert_eq(rt_group_new(NULL, NULL, NULL, &g), -EINVAL); /* no runtime here */
+    rt_group_options_init(NULL);
+    cr_assert_eq(rt_group_new_ex(rt, NULL, NULL), -EINVAL);
+    cr_assert_eq(rt_group_new_ex(NULL, NULL, &g), -EINVAL); /* no runtime here */
     cr_assert_null(g);
     cr_assert_eq(rt_group_new(rt, NULL, NULL, &g), 0);
 

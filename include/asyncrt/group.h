@@ -15,7 +15,10 @@
  *
  * Results: a child's result is its future's `void *` output, which the group
  * never frees; results not collected by rt_group_next when the group ends are
- * passed to the dispose function given to rt_group_new (if any).
+ * passed to the dispose function given to rt_group_new (if any). A group
+ * made to discard (rt_group_options.discard) collects nothing: each result
+ * goes to dispose as its child finishes, so only running children take
+ * memory.
  *
  * Threads: rt_group_spawn, rt_group_cancel and rt_group_len from any thread;
  * the awaiting operations from one task (or thread polling by hand) at a
@@ -37,10 +40,32 @@ extern "C" {
 
 typedef struct rt_group rt_group;
 
-/* Creates a group on `rt` (NULL: rt_current()). dispose(value, arg), if not
- * NULL, receives every result nobody collected (a child that finished after
- * the owner stopped collecting). Errors: -EINVAL (out NULL, no runtime),
- * -ENOMEM. Any thread. */
+/* How a group treats its children's results. */
+typedef struct rt_group_options {
+    /* Receives, as dispose(value, dispose_arg), every result of a child that
+     * finished with status 0 and that nobody collects; NULL: none. Called on
+     * the thread where that becomes known (a worker, or the caller of
+     * rt_group_free, join or close); it must not block. */
+    void (*dispose)(void *value, void *arg);
+    void *dispose_arg;
+    /* Nonzero: keep no results. Each child's result goes to dispose as the
+     * child finishes, so the group holds memory for its running children
+     * only (a server's connections, say, which nobody collects one by one).
+     * rt_group_next is refused (-EINVAL); joins and closes still wait for
+     * every child, and their *failed counts every child that finished with
+     * a non-zero status since the group was made. */
+    int discard;
+} rt_group_options;
+
+/* Sets the defaults: no dispose function, results kept. NULL is a no-op. */
+void rt_group_options_init(rt_group_options *opts);
+
+/* Creates a group on `rt` (NULL: rt_current()) with `opts` (NULL: the
+ * defaults). Errors: -EINVAL (out NULL, no runtime), -ENOMEM. Any thread. */
+int rt_group_new_ex(rt_runtime *rt, const rt_group_options *opts, rt_group **out);
+
+/* rt_group_new_ex with only a dispose function: results are kept until
+ * collected, and those nobody collects go to dispose(value, arg). */
 int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *arg,
                  rt_group **out);
 
@@ -82,9 +107,13 @@ typedef struct rt_group_next {
 int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns);
 
 /* RT_READY with 0 and *res filled with a finished child (which is then no
- * longer counted), or with -ECHILD when the group has no child left at all,
- * or -ETIMEDOUT when the timeout passed first (nothing collected), or a
- * timer error (-ENOMEM, -ESHUTDOWN); else RT_PENDING.
+ * longer counted), or with -ECHILD when the group has no child left and is
+ * closing (rt_group_close began, so none can be added), or -ETIMEDOUT when
+ * the timeout passed first (nothing collected), or a timer error (-ENOMEM,
+ * -ESHUTDOWN), or -EINVAL for a discarding group; else RT_PENDING. An open
+ * group with no child is not an error: the wait goes on until a child is
+ * spawned into it and finishes (or the timeout passes), so a task may reap
+ * children from the first spawn on without spinning.
  * *err receives that status (err may be NULL; res may be NULL too, and the
  * child collected is then not described). op or cx NULL, or op not
  * initialised or already dropped: RT_READY with -EINVAL (op is left as it

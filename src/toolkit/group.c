@@ -57,6 +57,8 @@ struct rt_group {
     size_t finished; /* children finished, not collected */
     bool closing;    /* no more spawns */
     bool owner_gone; /* rt_group_free was called */
+    bool discard;    /* results go to dispose as children finish */
+    size_t failed;   /* discarded children that finished with a non-zero status */
     struct child_record *running_head;
     struct child_record *done_head, *done_tail;
     rt_waker owner;                  /* the waiting owner, or the no-op waker */
@@ -93,8 +95,13 @@ static void group_destroy(rt_group *g)
     free(g);
 }
 
-RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *arg,
-                           rt_group **out)
+RT_EXPORT void rt_group_options_init(rt_group_options *opts)
+{
+    if (opts != NULL)
+        memset(opts, 0, sizeof(*opts));
+}
+
+RT_EXPORT int rt_group_new_ex(rt_runtime *rt, const rt_group_options *opts, rt_group **out)
 {
     if (out == NULL)
         return -EINVAL;
@@ -109,10 +116,23 @@ RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *ar
     g->rt = rt;
     g->refs = 1;
     g->owner = rt__waker_noop();
-    g->dispose = dispose;
-    g->dispose_arg = arg;
+    if (opts != NULL) {
+        g->dispose = opts->dispose;
+        g->dispose_arg = opts->dispose_arg;
+        g->discard = opts->discard != 0;
+    }
     *out = g;
     return 0;
+}
+
+RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *arg,
+                           rt_group **out)
+{
+    rt_group_options opts;
+    rt_group_options_init(&opts);
+    opts.dispose = dispose;
+    opts.dispose_arg = arg;
+    return rt_group_new_ex(rt, &opts, out);
 }
 
 /* A child has finished (from its wrapper's drop). */
@@ -125,8 +145,15 @@ static void group_report(rt_group *g, struct child_record *rec, void *value, int
     g->running--;
     rec->value = value;
     rec->status = status;
-    bool dispose_now = g->owner_gone;
+    /* Without an owner, or in discard mode, nobody collects the record: the
+     * result goes to dispose now. In discard mode the owner still hears of
+     * it, since a join or close waits for the running count. */
+    bool dispose_now = g->owner_gone || g->discard;
     rt_waker owner = rt__waker_noop();
+    if (!g->owner_gone) {
+        owner = g->owner;
+        g->owner = rt__waker_noop();
+    }
     if (!dispose_now) {
         rec->prev = g->done_tail;
         if (g->done_tail != NULL)
@@ -135,8 +162,8 @@ static void group_report(rt_group *g, struct child_record *rec, void *value, int
             g->done_head = rec;
         g->done_tail = rec;
         g->finished++;
-        owner = g->owner;
-        g->owner = rt__waker_noop();
+    } else if (status != 0) {
+        g->failed++;
     }
     bool last = --g->refs == 0;
     void (*dispose)(void *, void *) = g->dispose;
@@ -371,10 +398,16 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
     }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
+    if (g->discard) {
+        status = -EINVAL; /* a discarding group keeps no result to collect */
+        goto ready;
+    }
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&g->lock);
     struct child_record *r = pop_done_locked(g);
-    bool empty = r == NULL && g->running == 0;
+    /* Empty and closing: no child can come any more. Empty but open: a
+     * child spawned later may still finish, so the wait goes on. */
+    bool empty = r == NULL && g->running == 0 && g->closing;
     if (r == NULL && !empty)
         old = rt__waker_store(&g->owner, rt_context_waker(cx));
     rt__waitq_unlock(&g->lock);
@@ -453,6 +486,8 @@ RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *
         }
         struct child_record *r = pop_done_locked(g);
         bool all_done = r == NULL && g->running == 0;
+        if (all_done && g->discard)
+            op->failed = g->failed; /* counted as they finished */
         if (r == NULL && !all_done)
             old = rt__waker_store(&g->owner, rt_context_waker(cx));
         void (*dispose)(void *, void *) = g->dispose;
