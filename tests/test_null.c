@@ -571,6 +571,9 @@ Test(null, sync)
     cr_assert_eq(rt_semaphore_init(NULL, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_init(&sem, 1), 0);
     rt_semaphore_destroy(NULL);
+    cr_assert_eq(rt_semaphore_new(1, NULL), -EINVAL);
+    cr_assert_null(rt_semaphore_ref(NULL));
+    rt_semaphore_unref(NULL);
     cr_assert_eq(rt_semaphore_release(NULL, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_try_acquire(NULL, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_available(NULL), 0);
@@ -593,6 +596,9 @@ Test(null, sync)
     cr_assert_eq(rt_mutex_init(NULL), -EINVAL);
     cr_assert_eq(rt_mutex_init(&m), 0);
     rt_mutex_destroy(NULL);
+    cr_assert_eq(rt_mutex_new(NULL), -EINVAL);
+    cr_assert_null(rt_mutex_ref(NULL));
+    rt_mutex_unref(NULL);
     cr_assert_eq(rt_mutex_try_lock(NULL), -EINVAL);
     rt_mutex_unlock(NULL);
     cr_assert_eq(rt_mutex_lock_init(NULL, &m), -EINVAL);
@@ -614,6 +620,9 @@ Test(null, sync)
     cr_assert_eq(rt_notify_init(NULL), -EINVAL);
     cr_assert_eq(rt_notify_init(&n), 0);
     rt_notify_destroy(NULL);
+    cr_assert_eq(rt_notify_new(NULL), -EINVAL);
+    cr_assert_null(rt_notify_ref(NULL));
+    rt_notify_unref(NULL);
     rt_notify_one(NULL);
     rt_notify_all(NULL);
     cr_assert_eq(rt_notified_init(NULL, &n), -EINVAL);

@@ -2,7 +2,14 @@
  *
  * The three are plain structs the caller places anywhere (in a task's state,
  * in a heap object shared by several tasks, in a global) and initialises
- * with their init function. Waiting is done with operation structs, as for
+ * with their init function, or heap objects with a reference count made by
+ * their new function (rt_semaphore_new, rt_mutex_new, rt_notify_new), for a
+ * primitive that a task shares with the tasks it spawns when no single one
+ * of them is sure to outlive the others: each holder takes a reference
+ * (*_ref) and gives it back (*_unref) after dropping its own operations on
+ * it, from its drop function too, and the last one frees it. The reference
+ * count is atomic; the decrement is a full barrier, so every use by one
+ * holder happens before the free by another. Waiting is done with operation structs, as for
  * timers: init, then poll until RT_READY, and drop if abandoned before then
  * (a task's drop function drops the operations its poll left pending). A
  * zero-initialised operation may be dropped (it then does nothing).
@@ -51,6 +58,7 @@ typedef struct rt_waitnode {
 /* Counts permits. Fields are private. */
 typedef struct rt_semaphore {
     uint32_t lock;     /* spinlock over the fields below */
+    uint32_t refs;     /* references (atomic), made by rt_semaphore_new; else 0 */
     size_t permits;    /* available, not granted to anyone */
     size_t granted;    /* granted to waiters that have not collected them */
     rt_waitnode *head; /* oldest waiter */
@@ -67,6 +75,20 @@ int rt_semaphore_init(rt_semaphore *sem, size_t permits);
 /* Ends *sem. Nobody may be waiting on it or use it afterwards. NULL is a
  * no-op. */
 void rt_semaphore_destroy(rt_semaphore *sem);
+
+/* A semaphore on the heap with `permits` permits and one reference, the
+ * caller's. Errors: -EINVAL (out NULL, permits > RT_SEMAPHORE_MAX), -ENOMEM.
+ * Any thread. */
+int rt_semaphore_new(size_t permits, rt_semaphore **out);
+
+/* Takes one more reference to a semaphore made by rt_semaphore_new and
+ * returns it (NULL for NULL). Any thread holding a reference. */
+rt_semaphore *rt_semaphore_ref(rt_semaphore *sem);
+
+/* Gives back one reference; the last one ends and frees the semaphore, so
+ * the caller must have dropped its operations on it first. NULL, or a
+ * semaphore not made by rt_semaphore_new, is a no-op. Any thread. */
+void rt_semaphore_unref(rt_semaphore *sem);
 
 /* Adds n permits and hands them to queued waiters in FIFO order. Errors:
  * -EINVAL (sem NULL, or the count would exceed RT_SEMAPHORE_MAX: nothing is
@@ -125,6 +147,19 @@ int rt_mutex_init(rt_mutex *m);
 /* Ends *m: it must be unlocked, nobody waiting. NULL is a no-op. */
 void rt_mutex_destroy(rt_mutex *m);
 
+/* A mutex on the heap, unlocked, with one reference, the caller's. Errors:
+ * -EINVAL (out NULL), -ENOMEM. Any thread. */
+int rt_mutex_new(rt_mutex **out);
+
+/* One more reference to a mutex made by rt_mutex_new; returns m (NULL for
+ * NULL). Any thread holding a reference. */
+rt_mutex *rt_mutex_ref(rt_mutex *m);
+
+/* Gives back one reference; the last one frees the mutex (unlocked, with
+ * every operation on it dropped). NULL, or a mutex not made by
+ * rt_mutex_new, is a no-op. Any thread. */
+void rt_mutex_unref(rt_mutex *m);
+
 /* Takes the lock if it is free and nobody waits for it: 0, or -EBUSY;
  * -EINVAL for m NULL. */
 int rt_mutex_try_lock(rt_mutex *m);
@@ -164,6 +199,7 @@ int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns);
 typedef struct rt_notify {
     uint32_t lock;       /* spinlock over the fields below */
     uint32_t permit;     /* a notify_one that found nobody waiting */
+    uint32_t refs;       /* references (atomic), made by rt_notify_new; else 0 */
     uint64_t generation; /* rt_notify_all calls so far */
     rt_waitnode *head;   /* oldest waiter */
     rt_waitnode *tail;   /* newest waiter */
@@ -174,6 +210,19 @@ int rt_notify_init(rt_notify *n);
 
 /* Ends *n. Nobody may be waiting on it. NULL is a no-op. */
 void rt_notify_destroy(rt_notify *n);
+
+/* A notify on the heap, with no permit and one reference, the caller's.
+ * Errors: -EINVAL (out NULL), -ENOMEM. Any thread. */
+int rt_notify_new(rt_notify **out);
+
+/* One more reference to a notify made by rt_notify_new; returns n (NULL for
+ * NULL). Any thread holding a reference. */
+rt_notify *rt_notify_ref(rt_notify *n);
+
+/* Gives back one reference; the last one frees the notify (every wait on it
+ * dropped). NULL, or a notify not made by rt_notify_new, is a no-op. Any
+ * thread. */
+void rt_notify_unref(rt_notify *n);
 
 /* Wakes the oldest waiter; when nobody waits, stores the permit (at most one:
  * repeated calls do not add up) that the next wait consumes at once. NULL is

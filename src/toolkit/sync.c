@@ -7,6 +7,7 @@
  * the lock and woken after it is released: a wake may take other locks
  * (a task's state word, the injector) and must not nest inside ours. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <asyncrt/sync.h>
@@ -14,6 +15,7 @@
 
 #include "atomic.h"
 #include "common.h"
+#include "fault.h"
 #include "budget.h"
 #include "waitq.h"
 #include "waker.h"
@@ -32,6 +34,60 @@ RT_EXPORT int rt_semaphore_init(rt_semaphore *sem, size_t permits)
 RT_EXPORT void rt_semaphore_destroy(rt_semaphore *sem)
 {
     (void)sem; /* nothing is allocated; waiters are the callers' memory */
+}
+
+/* ---- Reference-counted primitives -----------------------------------------
+ *
+ * A primitive made by *_new starts with refs 1; one made by *_init has 0 and
+ * is never freed here. Each *_unref is an atomic decrement, a full barrier:
+ * whatever a holder did with the primitive happens before its decrement,
+ * and the holder whose decrement takes the count to 0 frees it after seeing
+ * every other decrement, so no use of another holder comes after the free. */
+
+/* Takes one reference on `refs`. */
+static void refs_take(uint32_t *refs)
+{
+    rt__faa_u32(refs, 1);
+}
+
+/* Gives one back: true when it was the last one (the caller frees). A
+ * primitive not made by *_new (refs 0) is never freed. */
+static bool refs_give(uint32_t *refs)
+{
+    if (rt__load_relaxed_u32(refs) == 0)
+        return false;
+    return rt__faa_u32(refs, (uint32_t)-1) == 1;
+}
+
+RT_EXPORT int rt_semaphore_new(size_t permits, rt_semaphore **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (permits > RT_SEMAPHORE_MAX)
+        return -EINVAL;
+    rt_semaphore *sem = rt__malloc(sizeof(*sem));
+    if (sem == NULL)
+        return -ENOMEM;
+    rt_semaphore_init(sem, permits);
+    sem->refs = 1;
+    *out = sem;
+    return 0;
+}
+
+RT_EXPORT rt_semaphore *rt_semaphore_ref(rt_semaphore *sem)
+{
+    if (sem != NULL)
+        refs_take(&sem->refs);
+    return sem;
+}
+
+RT_EXPORT void rt_semaphore_unref(rt_semaphore *sem)
+{
+    if (sem != NULL && refs_give(&sem->refs)) {
+        rt_semaphore_destroy(sem);
+        free(sem);
+    }
 }
 
 /* Serves queued waiters in FIFO order while the head's request fits: the
@@ -224,6 +280,35 @@ RT_EXPORT void rt_mutex_destroy(rt_mutex *m)
         rt_semaphore_destroy(&m->sem);
 }
 
+RT_EXPORT int rt_mutex_new(rt_mutex **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    rt_mutex *m = rt__malloc(sizeof(*m));
+    if (m == NULL)
+        return -ENOMEM;
+    rt_mutex_init(m);
+    m->sem.refs = 1;
+    *out = m;
+    return 0;
+}
+
+RT_EXPORT rt_mutex *rt_mutex_ref(rt_mutex *m)
+{
+    if (m != NULL)
+        refs_take(&m->sem.refs);
+    return m;
+}
+
+RT_EXPORT void rt_mutex_unref(rt_mutex *m)
+{
+    if (m != NULL && refs_give(&m->sem.refs)) {
+        rt_mutex_destroy(m);
+        free(m);
+    }
+}
+
 RT_EXPORT int rt_mutex_try_lock(rt_mutex *m)
 {
     if (m == NULL)
@@ -279,6 +364,35 @@ RT_EXPORT int rt_notify_init(rt_notify *n)
 RT_EXPORT void rt_notify_destroy(rt_notify *n)
 {
     (void)n;
+}
+
+RT_EXPORT int rt_notify_new(rt_notify **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    rt_notify *n = rt__malloc(sizeof(*n));
+    if (n == NULL)
+        return -ENOMEM;
+    rt_notify_init(n);
+    n->refs = 1;
+    *out = n;
+    return 0;
+}
+
+RT_EXPORT rt_notify *rt_notify_ref(rt_notify *n)
+{
+    if (n != NULL)
+        refs_take(&n->refs);
+    return n;
+}
+
+RT_EXPORT void rt_notify_unref(rt_notify *n)
+{
+    if (n != NULL && refs_give(&n->refs)) {
+        rt_notify_destroy(n);
+        free(n);
+    }
 }
 
 /* Serves the oldest waiter, or stores the permit. Under the lock; the
