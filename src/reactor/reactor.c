@@ -292,7 +292,7 @@ static enum commands_left take_commands(rt__reactor *r)
 
 /* ---- Descriptor events ------------------------------------------------------ */
 
-/* The reactor's half of the readiness protocol (io_internal.h; io.c has the
+/* The reactor's half of the readiness protocol (readiness.h; io.c has the
  * task's half): records `dirs` ready (and `sticky_dirs` sticky) with a new
  * tick, then takes the wakers registered for those directions. */
 static void record_event(rt_io *io, unsigned dirs, unsigned sticky_dirs, rt_waker *reader,
@@ -600,7 +600,7 @@ static void *reactor_main(void *arg)
             if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
                 dirs |= RT__IO_WRITE;
             /* After these a short transfer proves nothing, for good
-             * (io_internal.h, "Short transfers"). */
+             * (readiness.h, "Short transfers"). */
             if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 sticky_dirs |= RT__IO_READ;
             if (ev & (EPOLLHUP | EPOLLERR))

@@ -1,5 +1,5 @@
 /* Asynchronous descriptors: registration with the reactor, the readiness
- * protocol (io_internal.h has its argument), and read/write/close. */
+ * protocol (readiness.h has its argument), and read/write/close. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -51,7 +51,7 @@ rt_poll rt__io_poll_ready(rt_io *io, unsigned dir, bool try_unknown, rt_context 
     rt__spin_unlock(&io->lock);
     rt_waker_drop(&old);
     /* An event between the first read and the registration set the bit
-     * before the reactor took the lock: see it now (io_internal.h). */
+     * before the reactor took the lock: see it now (readiness.h). */
     s = rt__load_acquire_u64(&io->readiness);
     if (s & mask) {
         *tick = (uint32_t)(s >> RT__IO_TICK_SHIFT);
@@ -313,7 +313,7 @@ RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, s
         ssize_t n = io_read_once(io, buf, len);
         if (n >= 0) {
             /* A short read of TCP emptied the queue, unless the direction
-             * is sticky (io_internal.h, "Short transfers"); 0 is the end of
+             * is sticky (readiness.h, "Short transfers"); 0 is the end of
              * the stream, which stays. */
             if (n > 0 && (size_t)n < len && io->is_tcp) {
                 RT__DEBUG_YIELD(); /* widens the window before the clear */
@@ -343,7 +343,7 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
             return RT_PENDING;
         ssize_t n = io_write_once(io, buf, len);
         if (n >= 0) {
-            /* A short write to TCP filled its buffer (io_internal.h). */
+            /* A short write to TCP filled its buffer (readiness.h). */
             if ((size_t)n < len && io->is_tcp) {
                 RT__DEBUG_YIELD();
                 rt__io_clear_after_short(io, RT__IO_WRITE, tick);

@@ -59,7 +59,7 @@ static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
 }
 
 /* Whether a socket of this family and type is TCP (socket(2) with protocol
- * 0): what io_internal.h's "Short transfers" applies to. */
+ * 0): what readiness.h's "Short transfers" applies to. */
 static bool is_tcp(int family, int type)
 {
     return type == SOCK_STREAM && (family == AF_INET || family == AF_INET6);
