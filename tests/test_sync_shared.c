@@ -214,10 +214,12 @@ Test(sync, ref_and_unref_edges)
     rt_semaphore_unref(NULL);
     rt_notify_unref(NULL);
 
-    /* A primitive made by init is not the library's to free: unref leaves
-     * it alone (ASan would report a free of a stack object). */
+    /* A primitive made by init is not the library's to free: ref and unref
+     * leave it alone (ASan would report a free of a stack object). */
     rt_mutex m;
     cr_assert_eq(rt_mutex_init(&m), 0);
+    cr_assert_eq(rt_mutex_ref(&m), &m);
+    rt_mutex_unref(&m);
     rt_mutex_unref(&m);
     cr_assert_eq(rt_mutex_try_lock(&m), 0, "the embedded mutex was touched");
     rt_mutex_unlock(&m);

@@ -82,7 +82,8 @@ void rt_semaphore_destroy(rt_semaphore *sem);
 int rt_semaphore_new(size_t permits, rt_semaphore **out);
 
 /* Takes one more reference to a semaphore made by rt_semaphore_new and
- * returns it (NULL for NULL). Any thread holding a reference. */
+ * returns it (NULL for NULL; one made by rt_semaphore_init is returned
+ * uncounted). Any thread holding a reference. */
 rt_semaphore *rt_semaphore_ref(rt_semaphore *sem);
 
 /* Gives back one reference; the last one ends and frees the semaphore, so
@@ -152,7 +153,8 @@ void rt_mutex_destroy(rt_mutex *m);
 int rt_mutex_new(rt_mutex **out);
 
 /* One more reference to a mutex made by rt_mutex_new; returns m (NULL for
- * NULL). Any thread holding a reference. */
+ * NULL; one made by rt_mutex_init is returned uncounted). Any thread holding
+ * a reference. */
 rt_mutex *rt_mutex_ref(rt_mutex *m);
 
 /* Gives back one reference; the last one frees the mutex (unlocked, with
@@ -216,7 +218,8 @@ void rt_notify_destroy(rt_notify *n);
 int rt_notify_new(rt_notify **out);
 
 /* One more reference to a notify made by rt_notify_new; returns n (NULL for
- * NULL). Any thread holding a reference. */
+ * NULL; one made by rt_notify_init is returned uncounted). Any thread
+ * holding a reference. */
 rt_notify *rt_notify_ref(rt_notify *n);
 
 /* Gives back one reference; the last one frees the notify (every wait on it

@@ -138,6 +138,17 @@ RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *ar
 /* A child has finished (from its wrapper's drop). */
 static void group_report(rt_group *g, struct child_record *rec, void *value, int status)
 {
+    /* A discarding group's result goes to dispose before the child counts as
+     * finished, so a join or close that sees no child running knows every
+     * result has been disposed of (and the owner may then free dispose_arg).
+     * discard, dispose and dispose_arg never change after rt_group_new_ex,
+     * and this child's reference keeps g alive. */
+    bool disposed = false;
+    if (g->discard) {
+        if (status == 0 && g->dispose != NULL)
+            g->dispose(value, g->dispose_arg);
+        disposed = true;
+    }
     rt__waitq_lock(&g->lock);
     rt_waker child_waker = rec->waker;
     rec->waker = rt__waker_noop();
@@ -172,7 +183,7 @@ static void group_report(rt_group *g, struct child_record *rec, void *value, int
     rt__waker_drop(&child_waker);
     rt__waker_wake(&owner);
     if (dispose_now) {
-        if (status == 0 && dispose != NULL)
+        if (!disposed && status == 0 && dispose != NULL)
             dispose(value, arg);
         free(rec);
     }
@@ -396,12 +407,12 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
         status = -EINVAL; /* finished before: nothing more to report */
         goto ready;
     }
-    if (!rt__coop_proceed(cx))
-        return RT_PENDING;
     if (g->discard) {
         status = -EINVAL; /* a discarding group keeps no result to collect */
         goto ready;
     }
+    if (!rt__coop_proceed(cx))
+        return RT_PENDING;
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&g->lock);
     struct child_record *r = pop_done_locked(g);

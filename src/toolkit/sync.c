@@ -44,10 +44,13 @@ RT_EXPORT void rt_semaphore_destroy(rt_semaphore *sem)
  * and the holder whose decrement takes the count to 0 frees it after seeing
  * every other decrement, so no use of another holder comes after the free. */
 
-/* Takes one reference on `refs`. */
+/* Takes one reference on `refs`, unless the primitive was made by *_init
+ * (0: it is not counted, and must never reach a free). A holder of a
+ * reference to a counted one always reads at least 1. */
 static void refs_take(uint32_t *refs)
 {
-    rt__faa_u32(refs, 1);
+    if (rt__load_relaxed_u32(refs) != 0)
+        rt__faa_u32(refs, 1);
 }
 
 /* Gives one back: true when it was the last one (the caller frees). A
