@@ -468,6 +468,7 @@ struct pinger {
     uint64_t round;
     uintptr_t token;
     rt_chan_send send;
+    rt_chan_recv recv;
     struct task_latch *latch;
 };
 
@@ -475,6 +476,7 @@ static void pinger_drop(void *state)
 {
     struct pinger *p = state;
     rt_chan_send_drop(&p->send);
+    rt_chan_recv_drop(&p->recv);
     rt_chan_sender_drop(p->out);
     rt_chan_receiver_drop(p->in, NULL, NULL);
 }
@@ -490,7 +492,8 @@ static rt_poll pinger_poll(void *state, rt_context *cx, void **out)
         RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
         if (status != 0)
             fail("ping_pong: pinger send: %s", rt_strerror(status));
-        RT_AWAIT(&p->co, rt_chan_recv(p->in, cx, &v, &status));
+        rt_chan_recv_init(&p->recv, p->in);
+        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &v, &status));
         if (status != 0)
             fail("ping_pong: pinger recv: %s", rt_strerror(status));
         p->token = (uintptr_t)v;
@@ -509,6 +512,7 @@ struct ponger {
     uint64_t round;
     uintptr_t token;
     rt_chan_send send;
+    rt_chan_recv recv;
     struct task_latch *latch;
 };
 
@@ -516,6 +520,7 @@ static void ponger_drop(void *state)
 {
     struct ponger *p = state;
     rt_chan_send_drop(&p->send);
+    rt_chan_recv_drop(&p->recv);
     rt_chan_sender_drop(p->out);
     rt_chan_receiver_drop(p->in, NULL, NULL);
 }
@@ -527,7 +532,8 @@ static rt_poll ponger_poll(void *state, rt_context *cx, void **out)
     int status;
     RT_CORO_BEGIN(&p->co);
     for (p->round = 0; p->round < p->rounds; p->round++) {
-        RT_AWAIT(&p->co, rt_chan_recv(p->in, cx, &v, &status));
+        rt_chan_recv_init(&p->recv, p->in);
+        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &v, &status));
         if (status != 0)
             fail("ping_pong: ponger recv: %s", rt_strerror(status));
         p->token = (uintptr_t)v + 1;

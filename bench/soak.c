@@ -278,6 +278,7 @@ static void job_dispose(void *value, void *arg)
 struct processor {
     rt_coro co;
     rt_chan *ch; /* the receiver */
+    rt_chan_recv recv;
     void *value;
     int status;
 };
@@ -285,6 +286,7 @@ struct processor {
 static void processor_drop(void *state)
 {
     struct processor *p = state;
+    rt_chan_recv_drop(&p->recv);
     rt_chan_receiver_drop(p->ch, job_dispose, NULL);
 }
 
@@ -293,7 +295,8 @@ static rt_poll processor_poll(void *state, rt_context *cx, void **out)
     struct processor *p = state;
     RT_CORO_BEGIN(&p->co);
     for (;;) {
-        RT_AWAIT(&p->co, rt_chan_recv(p->ch, cx, &p->value, &p->status));
+        rt_chan_recv_init(&p->recv, p->ch);
+        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &p->value, &p->status));
         if (p->status != 0)
             break; /* -EPIPE: every server connection and the acceptor are gone */
         struct job *j = p->value;

@@ -52,12 +52,14 @@ struct pipeline {
     rt_chan *ch;         /* receiver side (plus one sender while spawning) */
     rt_group *group;     /* the producers */
     rt_group_wait close; /* awaiting the group's end */
+    rt_chan_recv recv;   /* the receive in flight */
     uint64_t sum;
 };
 
 static void pipeline_drop(void *state)
 {
     struct pipeline *p = state;
+    rt_chan_recv_drop(&p->recv);
     rt_group_wait_drop(&p->close);
     rt_group_free(p->group); /* cancels producers still running */
     rt_chan_receiver_drop(p->ch, NULL, NULL);
@@ -83,7 +85,8 @@ static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
     }
     rt_chan_sender_drop(p->ch); /* ours: now only the producers hold one */
     for (;;) {
-        RT_AWAIT(&p->co, rt_chan_recv(p->ch, cx, &value, &status));
+        rt_chan_recv_init(&p->recv, p->ch);
+        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &value, &status));
         if (status != 0) /* -EPIPE: every producer is done */
             break;
         p->sum += (uintptr_t)value;

@@ -36,12 +36,12 @@
 /* ---- The ledger: what each task did (one child process per case) -------- */
 
 static struct {
-    atomic_uint next;                 /* slots handed out */
-    atomic_uint spawned[MAX_SLOTS];   /* 1 once the spawn succeeded */
-    atomic_uint polled[MAX_SLOTS];    /* polls */
-    atomic_uint dropped[MAX_SLOTS];   /* drops (must end at spawned) */
-    atomic_uint bad_errors;           /* errors outside the documented set */
-    char first_bad[160];              /* the first of them, in words */
+    atomic_uint next;               /* slots handed out */
+    atomic_uint spawned[MAX_SLOTS]; /* 1 once the spawn succeeded */
+    atomic_uint polled[MAX_SLOTS];  /* polls */
+    atomic_uint dropped[MAX_SLOTS]; /* drops (must end at spawned) */
+    atomic_uint bad_errors;         /* errors outside the documented set */
+    char first_bad[160];            /* the first of them, in words */
 } ledger;
 
 static unsigned slot_take(void)
@@ -333,8 +333,7 @@ static rt_poll server_poll(void *p, rt_context *cx, void **out)
         expect("server read", s->err, NULL);
         RT_RETURN(&s->co, out, (intptr_t)s->err);
     }
-    RT_AWAIT(&s->co,
-             rt_io_write_all(s->conn, cx, s->buf, (size_t)s->n, &s->progress, &s->result));
+    RT_AWAIT(&s->co, rt_io_write_all(s->conn, cx, s->buf, (size_t)s->n, &s->progress, &s->result));
     s->err = s->result < 0 ? expect("server write", (int)s->result, NULL) : 0;
     RT_RETURN(&s->co, out, (intptr_t)s->err);
     RT_CORO_END(&s->co, out);
@@ -374,8 +373,8 @@ static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
     rt_net_local_addr(t->listener, &t->addr, &t->len);
     {
         struct server s = {.slot = slot_take(), .listener = t->listener};
-        t->h.err = EXPECT(
-            slot_spawned(s.slot, rt_spawn(NULL, server_poll, server_drop, &s, sizeof s, &t->server)));
+        t->h.err = EXPECT(slot_spawned(
+            s.slot, rt_spawn(NULL, server_poll, server_drop, &s, sizeof s, &t->server)));
         if (t->h.err < 0)
             RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
     }
@@ -463,6 +462,7 @@ static void producer_drop(void *p)
 struct chans {
     struct root_head h;
     rt_chan *ch;
+    rt_chan_recv recv;
     rt_oneshot *once;
     void *value;
     int status;
@@ -479,8 +479,8 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
     {
         struct producer pr = {.slot = slot_take(), .ch = c->ch};
         rt_chan_sender_clone(c->ch);
-        c->h.err = EXPECT(
-            slot_spawned(pr.slot, rt_spawn(NULL, producer_poll, producer_drop, &pr, sizeof pr, NULL)));
+        c->h.err = EXPECT(slot_spawned(
+            pr.slot, rt_spawn(NULL, producer_poll, producer_drop, &pr, sizeof pr, NULL)));
         if (c->h.err < 0)
             rt_chan_sender_drop(c->ch); /* the producer's reference */
         rt_chan_sender_drop(c->ch);     /* our own: the stream ends with the producer */
@@ -488,7 +488,8 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
             RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
     }
     for (;;) {
-        RT_AWAIT(&c->h.co, rt_chan_recv(c->ch, cx, &c->value, &c->status));
+        rt_chan_recv_init(&c->recv, c->ch);
+        RT_AWAIT(&c->h.co, rt_chan_recv_poll(&c->recv, cx, &c->value, &c->status));
         if (c->status != 0)
             break;
         if ((intptr_t)c->value != ++c->received)
@@ -510,6 +511,7 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
 static void chans_drop(void *p)
 {
     struct chans *c = p;
+    rt_chan_recv_drop(&c->recv);
     if (c->ch != NULL)
         rt_chan_receiver_drop(c->ch, NULL, NULL);
     if (c->once != NULL) {
@@ -631,6 +633,7 @@ struct waiter {
     rt_coro co;
     unsigned slot;
     rt_chan *ch;
+    rt_chan_recv recv;
     rt_sleep sleep;
     int status;
 };
@@ -644,7 +647,8 @@ static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
         if (EXPECT(rt_chan_new(1, &w->ch)) < 0)
             RT_RETURN(&w->co, out, NULL);
         /* It holds the only sender: the receive never completes. */
-        RT_AWAIT(&w->co, rt_chan_recv(w->ch, cx, NULL, &w->status));
+        rt_chan_recv_init(&w->recv, w->ch);
+        RT_AWAIT(&w->co, rt_chan_recv_poll(&w->recv, cx, NULL, &w->status));
     } else {
         rt_sleep_init(&w->sleep, NULL, 60 * 1000000000LL);
         RT_AWAIT(&w->co, rt_sleep_poll(&w->sleep, cx, &w->status));
@@ -656,6 +660,7 @@ static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
 static void waiter_drop(void *p)
 {
     struct waiter *w = p;
+    rt_chan_recv_drop(&w->recv);
     if (w->ch != NULL) {
         rt_chan_sender_drop(w->ch);
         rt_chan_receiver_drop(w->ch, NULL, NULL);
@@ -669,7 +674,8 @@ static int scenario_shutdown(rt_runtime *rt)
     int err = 0;
     for (int i = 0; i < 6 && err == 0; i++) {
         struct waiter w = {.slot = slot_take()};
-        err = EXPECT(slot_spawned(w.slot, rt_spawn(rt, waiter_poll, waiter_drop, &w, sizeof w, NULL)));
+        err = EXPECT(
+            slot_spawned(w.slot, rt_spawn(rt, waiter_poll, waiter_drop, &w, sizeof w, NULL)));
     }
     if (err == 0)
         err = EXPECT(rt_spawn_blocking(rt, job, NULL, NULL));
@@ -677,8 +683,6 @@ static int scenario_shutdown(rt_runtime *rt)
         err = scenario_runtime(rt); /* make sure the waiters had their chance to run */
     return err;
 }
-
-
 
 /* 9. A pipe adopted with rt_io_open: on failure the descriptor must be as it
  * was (still blocking, flags untouched) and still the caller's. */
@@ -747,9 +751,9 @@ struct scenario {
 };
 
 static const struct scenario scenarios[] = {
-    {"runtime", 2, scenario_runtime}, {"spawn", 2, scenario_spawn},
-    {"timers", 2, scenario_timers},   {"tcp", 2, scenario_tcp},
-    {"channel", 2, scenario_channel}, {"group", 2, scenario_group},
+    {"runtime", 2, scenario_runtime},   {"spawn", 2, scenario_spawn},
+    {"timers", 2, scenario_timers},     {"tcp", 2, scenario_tcp},
+    {"channel", 2, scenario_channel},   {"group", 2, scenario_group},
     {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
     {"pipe", 2, scenario_pipe},
 };
@@ -828,7 +832,6 @@ static void run_case(const struct scenario *sc, uint64_t nth, bool persistent, i
     }
 }
 
-
 /* The driver's signal that the case hangs: report where the first failure
  * was, so the hang is attributed, and stop. Only async-signal-safe calls. */
 static void on_hang(int sig)
@@ -837,7 +840,8 @@ static void on_hang(int sig)
     struct fault_report rep = {.calls = rt__fault_calls(), .failed = rt__fault_failed()};
     const char *site = rt__fault_first_site();
     size_t n = site != NULL ? strlen(site) : 0;
-    memcpy(rep.site, site != NULL ? site : "-", n < sizeof rep.site - 1 ? n + (n == 0) : sizeof rep.site - 1);
+    memcpy(rep.site, site != NULL ? site : "-",
+           n < sizeof rep.site - 1 ? n + (n == 0) : sizeof rep.site - 1);
     memcpy(rep.problem, "hung", 5);
     if (write(FAULT_REPORT_FD, &rep, sizeof rep) < 0)
         _exit(4);

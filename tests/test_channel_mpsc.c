@@ -249,31 +249,83 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
     rt_chan_receiver_drop(ch, NULL, NULL);
 }
 
-Test(channel, chan_recv_polled_by_hand_wakes_only_the_latest_waker)
+Test(channel, chan_receives_polled_by_hand_are_served_oldest_first)
 {
     rt_chan *ch = NULL;
     cr_assert_eq(rt_chan_new(2, &ch), 0);
     struct hand h1, h2;
     hand_init(&h1);
     hand_init(&h2);
+    rt_chan_recv r1, r2;
+    cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
+    cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
     void *v = V(1);
     int st = 1;
-    cr_assert_eq(rt_chan_recv(ch, &h1.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(rt_chan_recv(ch, &h2.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(counting_outstanding(&h1.w), 0, "the replaced waker was not released");
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(0x77)), 0);
-    cr_assert_eq(counting_wakes(&h2.w), 1);
-    cr_assert_eq(counting_wakes(&h1.w), 0, "the replaced waker was woken");
-    cr_assert_eq(rt_chan_recv(ch, &h2.cx, &v, &st), RT_READY);
+    cr_assert_eq(counting_wakes(&h1.w), 1, "the oldest receive was not woken");
+    cr_assert_eq(counting_wakes(&h2.w), 0, "one value woke two receives");
+    /* The value is promised to r1: a try does not barge. */
+    cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN);
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(v, V(0x77));
-    cr_assert_eq(rt_chan_recv(ch, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
+    cr_assert_eq(st, -EALREADY, "a poll after completion");
+    rt_chan_recv_drop(&r1); /* after completion: nothing to do */
     cr_assert_eq(rt_chan_try_send(ch, V(0x78)), 0);
-    cr_assert_eq(rt_chan_recv(ch, &h2.cx, NULL, NULL), RT_READY, "value and status may be NULL");
+    cr_assert_eq(counting_wakes(&h2.w), 1);
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_READY,
+                 "value and status may be NULL");
+    rt_chan_recv_drop(&r2);
+    rt_chan_recv_drop(&r2); /* idempotent */
     cr_assert_eq(rt_chan_len(ch), 0);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
+    cr_assert_eq(counting_outstanding(&h1.w), 0);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
+}
+
+Test(channel, chan_a_woken_receive_dropped_unpolled_passes_its_value_on)
+{
+    rt_chan *ch = NULL;
+    cr_assert_eq(rt_chan_new(2, &ch), 0);
+    struct hand h1, h2;
+    hand_init(&h1);
+    hand_init(&h2);
+    rt_chan_recv r1, r2;
+    cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
+    cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_chan_try_send(ch, V(5)), 0);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    /* r1's task was aborted before its next poll: its wake goes to r2, and
+     * the value stays in the channel for it. */
+    rt_chan_recv_drop(&r1);
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the dropped receive kept the wake to itself");
+    void *v = NULL;
+    int st = 1;
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
+    cr_assert_eq(st, 0);
+    cr_assert_eq(v, V(5));
+    rt_chan_recv_drop(&r2);
+    rt_chan_sender_drop(ch);
+    rt_chan_receiver_drop(ch, NULL, NULL);
+    cr_assert_eq(counting_outstanding(&h1.w), 0);
+    cr_assert_eq(counting_outstanding(&h2.w), 0);
+}
+
+/* One receive polled once with cx, then dropped (a waiting one leaves the
+ * queue). Returns the poll's result. */
+static rt_poll recv_once(rt_chan *ch, rt_context *cx, void **v, int *st)
+{
+    rt_chan_recv op;
+    cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
+    rt_poll r = rt_chan_recv_poll(&op, cx, v, st);
+    rt_chan_recv_drop(&op);
+    return r;
 }
 
 /* ---- mpsc: end of stream, close, receiver drop --------------------------------- */
@@ -295,15 +347,15 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_eq(v, V(2));
     rt_context cx = noop_context();
     int st = 1;
-    cr_assert_eq(rt_chan_recv(ch, &cx, &v, &st), RT_READY);
+    cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(v, V(3));
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EPIPE);
     v = V(1);
-    cr_assert_eq(rt_chan_recv(ch, &cx, &v, &st), RT_READY);
+    cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     cr_assert_null(v, "end of stream must give a NULL value");
-    cr_assert_eq(rt_chan_recv(ch, &cx, &v, &st), RT_READY);
+    cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     cr_assert_eq(rt_chan_recv_blocking(ch, 0, &v), -EPIPE);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -313,15 +365,18 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     hand_init(&h);
     cr_assert_eq(rt_chan_new(4, &ch), 0);
     cr_assert_eq(rt_chan_sender_clone(ch), 0);
-    cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_PENDING);
+    rt_chan_recv op;
+    cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
+    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 0, "woken while a sender remained");
-    cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 1,
                  "the waiting receiver was not woken by the last sender's drop");
-    cr_assert_eq(rt_chan_recv(ch, &h.cx, &v, &st), RT_READY);
+    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
+    rt_chan_recv_drop(&op);
     rt_chan_receiver_drop(ch, NULL, NULL);
     cr_assert_eq(counting_outstanding(&h.w), 0);
 }
@@ -398,7 +453,7 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     free(a);
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EPIPE, "a closed, drained channel is not at its end");
     int st = 1;
-    cr_assert_eq(rt_chan_recv(ch, &cx, &v, &st), RT_READY);
+    cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     cr_assert_eq(rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
     rt_chan_close(ch); /* idempotent */

@@ -109,6 +109,7 @@ static rt_task *spawn_chan_sender(rt_runtime *rt, struct chan_sender *s)
 struct chan_receiver {
     rt_coro co;
     rt_chan *ch;
+    rt_chan_recv op;
     bool owns_receiver;
     bool announced;
     void *value;
@@ -121,8 +122,9 @@ static rt_poll chan_receiver_poll(void *state, rt_context *cx, void **out)
 {
     struct chan_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
-    RT_AWAIT(&r->co,
-             announce(rt_chan_recv(r->ch, cx, &r->value, &r->status), &r->announced, r->pending));
+    rt_chan_recv_init(&r->op, r->ch);
+    RT_AWAIT(&r->co, announce(rt_chan_recv_poll(&r->op, cx, &r->value, &r->status), &r->announced,
+                              r->pending));
     if (r->status == -EPIPE)
         RT_RETURN(&r->co, out, EPIPE_TOKEN);
     if (r->status != 0)
@@ -134,6 +136,7 @@ static rt_poll chan_receiver_poll(void *state, rt_context *cx, void **out)
 static void chan_receiver_drop(void *state)
 {
     struct chan_receiver *r = state;
+    rt_chan_recv_drop(&r->op);
     if (r->owns_receiver)
         rt_chan_receiver_drop(r->ch, dispose_free, NULL);
     r->owns_receiver = false;
@@ -234,6 +237,7 @@ struct mp_tally {
 struct mp_consumer {
     rt_coro co;
     rt_chan *ch;
+    rt_chan_recv op;
     void *v;
     int status;
     struct mp_tally *tally;
@@ -258,7 +262,8 @@ static rt_poll mp_consumer_poll(void *state, rt_context *cx, void **out)
     struct mp_consumer *c = state;
     RT_CORO_BEGIN(&c->co);
     for (;;) {
-        RT_AWAIT(&c->co, rt_chan_recv(c->ch, cx, &c->v, &c->status));
+        rt_chan_recv_init(&c->op, c->ch);
+        RT_AWAIT(&c->co, rt_chan_recv_poll(&c->op, cx, &c->v, &c->status));
         if (c->status != 0)
             break;
         mp_tally_one(c->tally, c->v);
@@ -575,6 +580,7 @@ Test(channel, chan_receiver_dropped_wakes_a_waiting_sender_task_with_epipe)
 struct budget_user {
     rt_coro co;
     rt_chan *ch;
+    rt_chan_recv recv;
     bool sending;
     int i;
     int status;
@@ -596,7 +602,8 @@ static rt_poll budget_user_poll(void *state, rt_context *cx, void **out)
             rt_chan_send_init(&b->op, b->ch, V(b->i + 1));
             RT_AWAIT(&b->co, rt_chan_send_poll(&b->op, cx, &b->status));
         } else {
-            RT_AWAIT(&b->co, rt_chan_recv(b->ch, cx, &b->v, &b->status));
+            rt_chan_recv_init(&b->recv, b->ch);
+            RT_AWAIT(&b->co, rt_chan_recv_poll(&b->recv, cx, &b->v, &b->status));
             if (b->v != V(b->i + 1))
                 b->result = -1;
         }
@@ -617,6 +624,7 @@ static void budget_user_drop(void *state)
 {
     struct budget_user *b = state;
     rt_chan_send_drop(&b->op);
+    rt_chan_recv_drop(&b->recv);
     if (b->other != NULL)
         rt_task_detach(b->other);
 }

@@ -71,8 +71,8 @@ static struct event poll_wakes = EVENT_INIT;
             unsigned long seen_ = event_count(&poll_wakes);                                        \
             if ((expr) == RT_READY)                                                                \
                 break;                                                                             \
-            cr_assert(event_wait_for_ms(&poll_wakes, seen_ + 1, 10000),                            \
-                      "%s was never woken", #expr);                                                \
+            cr_assert(event_wait_for_ms(&poll_wakes, seen_ + 1, 10000), "%s was never woken",      \
+                      #expr);                                                                      \
         }                                                                                          \
         cx = outer_cx_;                                                                            \
     } while (0)
@@ -683,10 +683,12 @@ Test(null, channel)
     cr_assert_eq(rt_chan_try_recv(NULL, &v), -EINVAL);
     v = (void *)1;
     status = 1;
-    cr_assert_eq(rt_chan_recv(NULL, &cx, &v, &status), RT_READY);
+    cr_assert_eq(rt_chan_recv_poll(NULL, &cx, &v, &status), RT_READY);
     cr_assert_null(v);
     cr_assert_eq(status, -EINVAL);
-    cr_assert_eq(rt_chan_recv(NULL, &cx, NULL, NULL), RT_READY);
+    cr_assert_eq(rt_chan_recv_poll(NULL, &cx, NULL, NULL), RT_READY);
+    rt_chan_recv_drop(NULL);
+    cr_assert_eq(rt_chan_receiver_clone(NULL), -EINVAL);
     cr_assert_eq(rt_chan_recv_blocking(NULL, 0, &v), -EINVAL);
     cr_assert_eq(rt_chan_send_blocking(NULL, (void *)5, 0), -EINVAL);
 
@@ -708,12 +710,17 @@ Test(null, channel)
 
     /* A buffered value survives a receive without context. */
     cr_assert_eq(rt_chan_try_send(ch, (void *)6), 0);
+    rt_chan_recv rop;
+    cr_assert_eq(rt_chan_recv_init(NULL, ch), -EINVAL);
+    cr_assert_eq(rt_chan_recv_init(&rop, NULL), -EINVAL);
+    cr_assert_eq(rt_chan_recv_init(&rop, ch), 0);
     v = (void *)1;
     status = 1;
-    cr_assert_eq(rt_chan_recv(ch, NULL, &v, &status), RT_READY);
+    cr_assert_eq(rt_chan_recv_poll(&rop, NULL, &v, &status), RT_READY);
     cr_assert_null(v);
     cr_assert_eq(status, -EINVAL);
     cr_assert_eq(rt_chan_len(ch), 1);
+    rt_chan_recv_drop(&rop);
     cr_assert_eq(rt_chan_try_recv(ch, NULL), 0); /* value may be NULL */
     cr_assert_eq(rt_chan_len(ch), 0);
     rt_chan_sender_drop(ch);

@@ -3,9 +3,13 @@
  * Two kinds, both carrying `void *` values that the runtime never looks at,
  * frees or copies (a value's memory is the business of whoever holds it):
  * - rt_oneshot: exactly one value, sent once, from one sender to one receiver;
- * - rt_chan: a bounded multi-producer, single-consumer queue. A send waits
+ * - rt_chan: a bounded multi-producer, multi-consumer queue. A send waits
  *   while the buffer is full (backpressure); waiting senders are served in
  *   FIFO order, and the values arrive in the order the sends completed.
+ *   Several receivers (tasks or threads, each with a receiver reference)
+ *   may receive at once: each value goes to exactly one of them, waiting
+ *   receivers are served in FIFO order, and the end of the stream reaches
+ *   all of them.
  *
  * Both are heap objects shared by their two sides and freed when both sides
  * have let go. Every function may be called from any thread: the poll forms
@@ -18,7 +22,9 @@
  * - -EPIPE to a receiver: every sender is gone and nothing is left buffered.
  *
  * Abort safety: a receive takes a value only in a poll that returns RT_READY,
- * so an aborted receive loses no message. A send operation dropped while it
+ * so an aborted receive loses no message; a receive woken for a value and
+ * dropped before its next poll passes the wake to the next waiting
+ * receiver, so the value is not left behind while others wait. A send operation dropped while it
  * waits leaves the queue and its value stays the caller's (it was not sent);
  * once its poll returned RT_READY the value belongs to the channel, and
  * rt_chan_send_drop says which of the two happened when a receive accepted
@@ -87,11 +93,11 @@ int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 typedef struct rt_chan rt_chan;
 
 /* Creates a channel buffering up to `capacity` values (>= 1). The caller
- * holds one sender reference and the receiver. Senders are counted: each
- * rt_chan_sender_clone adds one, each rt_chan_sender_drop gives one back;
- * the receiver is released by rt_chan_receiver_drop. The channel is freed
- * when all are gone. Errors: -EINVAL (out NULL, capacity 0 or above
- * 2^31), -ENOMEM. */
+ * holds one sender reference and one receiver reference. Both sides are
+ * counted: rt_chan_sender_clone and rt_chan_receiver_clone add one,
+ * rt_chan_sender_drop and rt_chan_receiver_drop give one back. The channel
+ * is freed when all are gone. Errors: -EINVAL (out NULL, capacity 0 or
+ * above 2^31), -ENOMEM. */
 int rt_chan_new(size_t capacity, rt_chan **out);
 
 /* One more sender reference (to hand to another task or thread). Errors:
@@ -102,16 +108,22 @@ int rt_chan_sender_clone(rt_chan *ch);
  * -EPIPE once the buffer is drained. NULL is a no-op. */
 void rt_chan_sender_drop(rt_chan *ch);
 
-/* Receiver side: refuses further sends (waiting and later senders get
- * -EPIPE, keeping their values); values already buffered can still be
- * received, after which receives return -EPIPE. Idempotent; NULL is a
- * no-op. */
+/* One more receiver reference (to hand to another task or thread that
+ * receives too). Errors: -EINVAL (ch NULL). The caller must hold a receiver
+ * reference already. */
+int rt_chan_receiver_clone(rt_chan *ch);
+
+/* Receiver side (any holder of a receiver reference): refuses further sends
+ * (waiting and later senders get -EPIPE, keeping their values); values
+ * already buffered can still be received, after which receives return
+ * -EPIPE. Idempotent; NULL is a no-op. */
 void rt_chan_close(rt_chan *ch);
 
-/* Releases the receiver: closes the channel, then passes every value still
- * buffered to dispose(value, arg) on the calling thread, oldest first
- * (dispose NULL: they are just forgotten, which leaks them if they own
- * memory). ch NULL is a no-op. */
+/* Gives back one receiver reference (after dropping the caller's receive
+ * operations on ch). The last one closes the channel, then passes every
+ * value still buffered to dispose(value, arg) on the calling thread, oldest
+ * first (dispose NULL: they are just forgotten, which leaks them if they own
+ * memory); the others ignore dispose. ch NULL is a no-op. */
 void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg), void *arg);
 
 /* Values buffered right now (a snapshot), and the capacity (0 for NULL). */
@@ -122,21 +134,41 @@ size_t rt_chan_capacity(const rt_chan *ch);
  * wait: a try never overtakes them), -EPIPE (closed), -EINVAL (ch NULL). */
 int rt_chan_try_send(rt_chan *ch, void *value);
 
-/* Receives without waiting: 0 (*value written), -EAGAIN (empty), -EPIPE
- * (empty and every sender is gone, or closed and drained), -EINVAL (ch
- * NULL). value may be NULL (a value taken is then not handed back). */
+/* Receives without waiting: 0 (*value written), -EAGAIN (empty, or every
+ * buffered value is promised to a waiting receive that was woken for it: a
+ * try never overtakes them), -EPIPE (empty and every sender is gone, or
+ * closed and drained), -EINVAL (ch NULL). value may be NULL (a value taken
+ * is then not handed back). */
 int rt_chan_try_recv(rt_chan *ch, void **value);
 
-/* Receives: RT_READY with *status 0 and the oldest value in *value, or
- * *status -EPIPE (end of stream: *value NULL); else RT_PENDING with the
- * context's waker stored (one receiver: a later poll's waker replaces it).
- * value and status may be NULL. Only the holder of the receiver. ch or cx
- * NULL: RT_READY with *value NULL and *status -EINVAL. */
-rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status);
+/* One receive. Fields are private. */
+typedef struct rt_chan_recv {
+    rt_chan *ch;      /* NULL: not initialised, or finished */
+    rt_waitnode node; /* place among the waiting receivers, and the state */
+} rt_chan_recv;
 
-/* Blocks the calling thread to receive. Errors: -EPIPE, -ETIMEDOUT (timeout_ns
- * passed; < 0: no limit), -EDEADLK (a worker thread), -ENOMEM, -EINVAL (ch
- * NULL). value may be NULL, as for rt_chan_try_recv. */
+/* Prepares to receive from ch (the caller holds a receiver reference for
+ * as long as the operation lives). Errors: -EINVAL (op or ch NULL). */
+int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch);
+
+/* RT_READY with *status 0 and the oldest value free for this receiver in
+ * *value, or *status -EPIPE (end of stream: *value NULL); else RT_PENDING,
+ * queued behind the receivers already waiting (waker stored). A poll after
+ * the one that returned RT_READY returns RT_READY with -EALREADY. value and
+ * status may be NULL. op or cx NULL: RT_READY with *value NULL and *status
+ * -EINVAL; op is left as it was (rt_chan_recv_drop settles it). */
+rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **value, int *status);
+
+/* Abandons the receive: a waiting one leaves the queue; one that had been
+ * woken for a value passes the wake to the next waiting receiver (the value
+ * stays in the channel). Nothing to do after RT_READY or a second call, on
+ * a zeroed operation, and for NULL. */
+void rt_chan_recv_drop(rt_chan_recv *op);
+
+/* Blocks the calling thread to receive (it holds a receiver reference).
+ * Errors: -EPIPE, -ETIMEDOUT (timeout_ns passed; < 0: no limit), -EDEADLK (a
+ * worker thread), -ENOMEM, -EINVAL (ch NULL). value may be NULL, as for
+ * rt_chan_try_recv. */
 int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value);
 
 /* One send that may wait for room. Fields are private. */

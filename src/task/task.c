@@ -78,20 +78,6 @@ void rt__task_unref(rt_task *t, uint64_t n)
 
 /* ---- Waking ------------------------------------------------------------- */
 
-bool rt__task_wake_transition(rt_task *t, bool preclaim)
-{
-    switch (rt__task_state_wake(t, preclaim)) {
-    case RT__TASK_WAKE_DROP:
-        rt__task_unref(t, 1);
-        return false;
-    case RT__TASK_WAKE_DONE:
-        return false;
-    case RT__TASK_WAKE_SCHEDULE:
-        break;
-    }
-    return true;
-}
-
 rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable, rt_runtime *rt)
 {
     rt_waker taken = *w;

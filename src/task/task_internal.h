@@ -432,8 +432,20 @@ int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, 
  * with it): returns true when the task was idle and is now marked for a run
  * queue (NOTIFIED, or RUNNING when `preclaim`: queued already claimed), the
  * reference becoming the run queue's, and the caller schedules it;
- * otherwise the reference has been dealt with. */
-bool rt__task_wake_transition(rt_task *t, bool preclaim);
+ * otherwise the reference has been dealt with. Inline: every wake by value. */
+static inline bool rt__task_wake_transition(rt_task *t, bool preclaim)
+{
+    switch (rt__task_state_wake(t, preclaim)) {
+    case RT__TASK_WAKE_DROP:
+        rt__task_unref(t, 1);
+        return false;
+    case RT__TASK_WAKE_DONE:
+        return false;
+    case RT__TASK_WAKE_SCHEDULE:
+        break;
+    }
+    return true;
+}
 
 /* Wakes (consumes) *w. When it is a task waker (`task_vtable`, the
  * scheduler's) of a task of `rt` that must be scheduled, returns the task

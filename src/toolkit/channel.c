@@ -225,14 +225,18 @@ RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
 
 struct rt_chan {
     uint32_t lock;        /* spinlock over everything below */
-    bool closed;          /* the receiver closed: sends fail */
-    bool rx_gone;         /* the receiver was dropped */
+    bool closed;          /* a receiver closed it: sends fail */
+    bool rx_gone;         /* the last receiver reference was dropped */
     size_t senders;       /* sender references */
+    size_t receivers;     /* receiver references */
     size_t capacity;      /* slots in buf */
     size_t len;           /* values buffered */
     size_t first;         /* index of the oldest buffered value */
-    rt_waker rx_waker;    /* the receiver's last waker, or the no-op waker */
-    bool rx_waiting;      /* the receiver waits: rx_waker must be woken */
+    size_t reserved;      /* receives woken (GRANTED) that have not polled yet */
+    rt_waker rx_cache;    /* a clone of the last waiting receive's waker (no-op: none) */
+    bool rx_cache_used;   /* a queued receive uses rx_cache as its waker */
+    rt_waitnode *rx_head; /* oldest waiting receive (only while len <= reserved) */
+    rt_waitnode *rx_tail; /* newest waiting receive */
     rt_waitnode *tx_head; /* oldest waiting send (only while full) */
     rt_waitnode *tx_tail; /* newest waiting send */
     void *buf[];          /* the ring of values */
@@ -253,8 +257,9 @@ RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
     if (ch == NULL)
         return -ENOMEM;
     ch->senders = 1;
+    ch->receivers = 1;
     ch->capacity = capacity;
-    ch->rx_waker = rt__waker_noop();
+    ch->rx_cache = rt__waker_noop();
     *out = ch;
     return 0;
 }
@@ -277,22 +282,117 @@ static inline void chan_push_locked(rt_chan *ch, void *value)
     ch->len++;
 }
 
-/* Wakes the receiver if it waits. The receiver keeps its waker stored
- * between waits, so a receiver that waits again with the same task needs no
- * new clone. A runtime task's waker is woken by reference right here, under
- * the lock: the stored reference stays valid while we hold it, and a task
- * wake only touches the task's word and a run queue (never a channel lock),
- * so it cannot deadlock. Any other waker is cloned and returned in *wake,
- * to be woken once the lock is released, since it may run user code. */
+/* rt_waitnode.want of a waiting receive whose waker is the channel's
+ * rx_cache rather than its own clone (a receive needs no `want` otherwise).
+ *
+ * The cache spares the common case, one receiver task waiting on every
+ * round trip, a clone and a drop of its waker per wait: the channel keeps a
+ * clone of the last waiting receive's waker, and a receive whose waker will
+ * wake the same borrows it, while no other queued receive does. The cache
+ * is replaced only when a different waker waits with it free, and released
+ * with the last receiver reference. */
+#define RX_USES_CACHE 1
+
+/* Stores cx's waker for a receive about to be queued, or updates that of a
+ * queued one (was_queued): borrowed from the cache when it can be, else a
+ * clone of its own. A waker the node or the cache gives up goes to *old. */
+static void chan_rx_store_waker_locked(rt_chan *ch, rt_waitnode *n, const rt_waker *cxw,
+                                       bool was_queued, rt_waker *old)
+{
+    if (was_queued && n->want == RX_USES_CACHE) {
+        if (rt__waker_will_wake(&ch->rx_cache, cxw))
+            return;
+        /* Another waker now: the node gets a clone of its own. */
+        n->want = 0;
+        ch->rx_cache_used = false;
+        n->waker = rt_waker_clone(cxw);
+        return;
+    }
+    if (was_queued) {
+        *old = rt__waker_store(&n->waker, cxw);
+        return;
+    }
+    if (!ch->rx_cache_used) {
+        if (!rt__waker_will_wake(&ch->rx_cache, cxw)) {
+            *old = ch->rx_cache;
+            ch->rx_cache = rt_waker_clone(cxw);
+        }
+        ch->rx_cache_used = true;
+        n->want = RX_USES_CACHE;
+        n->waker = rt__waker_noop();
+        return;
+    }
+    n->waker = rt_waker_clone(cxw);
+}
+
+/* Wakes the oldest waiting receive when a buffered value is not yet
+ * promised to another woken one (len > reserved): it becomes GRANTED, a
+ * claim on one value, which its next poll takes or its drop passes on. The
+ * waker goes to *wake, to be woken once the lock is released. */
 static inline void chan_wake_rx_locked(rt_chan *ch, rt_waker *wake)
 {
-    if (!ch->rx_waiting)
+    if (ch->rx_head == NULL || ch->len <= ch->reserved)
         return;
-    ch->rx_waiting = false;
-    if (ch->rx_waker.vtable == &rt__task_waker_vtable)
-        rt_waker_wake_by_ref(&ch->rx_waker);
-    else
-        *wake = rt_waker_clone(&ch->rx_waker);
+    rt_waitnode *n = rt__waitq_pop(&ch->rx_head, &ch->rx_tail);
+    n->state = RT__WAIT_GRANTED;
+    ch->reserved++;
+    rt_waker *w = &n->waker;
+    if (n->want == RX_USES_CACHE) {
+        w = &ch->rx_cache;
+        n->want = 0;
+        ch->rx_cache_used = false;
+    }
+    /* A runtime task's waker is woken by reference right here, under the
+     * lock, and stays where it is (the node, until the receive's next poll
+     * or drop; or the cache): a task wake only touches the task's word and
+     * a run queue (never a channel lock), so it cannot deadlock. Any other
+     * waker may run user code: it goes to *wake (a clone, for the cache),
+     * to be woken once the lock is released. */
+    if (w->vtable == &rt__task_waker_vtable) {
+        rt_waker_wake_by_ref(w);
+    } else if (w == &ch->rx_cache) {
+        *wake = rt_waker_clone(w);
+    } else {
+        *wake = *w;
+        *w = rt__waker_noop();
+    }
+}
+
+/* The end of the stream (every sender gone, or closed), or the last value
+ * taken after it: every waiting receive is woken (CLOSED, holding no claim)
+ * to look again, so that each sees the end once the buffer is drained.
+ * Called with the lock held, which it may release and retake to wake. */
+static void chan_wake_all_rx_locked(rt_chan *ch)
+{
+    rt__wake_list wakes = {0};
+    while (ch->rx_head != NULL) {
+        if (wakes.n == RT__WAKE_LIST_MAX) {
+            rt__waitq_unlock(&ch->lock);
+            rt__wake_list_wake(&wakes);
+            rt__waitq_lock(&ch->lock);
+            continue;
+        }
+        rt_waitnode *n = rt__waitq_pop(&ch->rx_head, &ch->rx_tail);
+        n->state = RT__WAIT_CLOSED; /* no claim: woken to look again */
+        if (n->want == RX_USES_CACHE) {
+            n->want = 0;
+            ch->rx_cache_used = false;
+            n->waker = rt_waker_clone(&ch->rx_cache);
+        }
+        rt__wake_list_take(&wakes, n);
+    }
+    if (wakes.n > 0) {
+        rt__waitq_unlock(&ch->lock);
+        rt__wake_list_wake(&wakes);
+        rt__waitq_lock(&ch->lock);
+    }
+}
+
+/* Whether the stream has ended for receivers: nothing buffered, and
+ * nothing can come (every sender gone, or closed). */
+static inline bool chan_ended_locked(const rt_chan *ch)
+{
+    return ch->len == 0 && (ch->senders == 0 || ch->closed);
 }
 
 RT_EXPORT int rt_chan_sender_clone(rt_chan *ch)
@@ -309,12 +409,10 @@ RT_EXPORT void rt_chan_sender_drop(rt_chan *ch)
 {
     if (ch == NULL)
         return;
-    rt_waker wake = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
     if (--ch->senders == 0)
-        chan_wake_rx_locked(ch, &wake); /* the receiver may now see the end */
+        chan_wake_all_rx_locked(ch); /* the receivers may now see the end */
     chan_unlock(ch);
-    rt__waker_wake(&wake);
 }
 
 /* Marks the channel closed and fails every waiting send. Takes the lock
@@ -340,6 +438,8 @@ static void chan_close_locked(rt_chan *ch)
         rt__wake_list_wake(&wakes);
         rt__waitq_lock(&ch->lock);
     }
+    /* Receivers waiting on an empty closed channel see the end. */
+    chan_wake_all_rx_locked(ch);
 }
 
 RT_EXPORT void rt_chan_close(rt_chan *ch)
@@ -350,11 +450,27 @@ RT_EXPORT void rt_chan_close(rt_chan *ch)
     rt__waitq_unlock(&ch->lock);
 }
 
+RT_EXPORT int rt_chan_receiver_clone(rt_chan *ch)
+{
+    if (ch == NULL)
+        return -EINVAL;
+    rt__waitq_lock(&ch->lock);
+    ch->receivers++;
+    rt__waitq_unlock(&ch->lock);
+    return 0;
+}
+
 RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg),
                                      void *arg)
 {
     if (ch == NULL)
         return;
+    rt__waitq_lock(&ch->lock);
+    if (--ch->receivers > 0) {
+        rt__waitq_unlock(&ch->lock);
+        return;
+    }
+    rt__waitq_unlock(&ch->lock);
     chan_close_locked(ch);
     /* Closed: nothing more comes in, so the buffer only shrinks. The values
      * go to dispose one at a time, outside the lock. */
@@ -368,11 +484,10 @@ RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, v
         rt__waitq_lock(&ch->lock);
     }
     ch->rx_gone = true;
-    ch->rx_waiting = false;
-    rt_waker old = ch->rx_waker;
-    ch->rx_waker = rt__waker_noop();
+    rt_waker cache = ch->rx_cache;
+    ch->rx_cache = rt__waker_noop();
     chan_unlock(ch);
-    rt__waker_drop(&old);
+    rt__waker_drop(&cache);
 }
 
 RT_EXPORT size_t rt_chan_len(rt_chan *ch)
@@ -412,13 +527,14 @@ RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
     return 0;
 }
 
-/* The receive under the lock: 0 (*value taken, the oldest waiting sender
- * moved into the freed slot and its waker put in *wake), -EAGAIN or -EPIPE. */
-static int chan_take_locked(rt_chan *ch, void **value, rt_waker *wake)
+/* Takes the oldest value (the caller made sure one is free: len >
+ * reserved) and moves the oldest waiting sender's value into the freed slot,
+ * putting that sender's waker in *wake. Taking the last value after the end
+ * wakes every waiting receive to see the end. Under the lock, which it may
+ * release and retake (chan_wake_all_rx_locked). */
+static void *chan_take_locked(rt_chan *ch, rt_waker *wake)
 {
-    if (ch->len == 0)
-        return ch->senders == 0 || ch->closed ? -EPIPE : -EAGAIN;
-    *value = ch->buf[ch->first];
+    void *value = ch->buf[ch->first];
     ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
     ch->len--;
     rt_waitnode *n = rt__waitq_pop(&ch->tx_head, &ch->tx_tail);
@@ -427,8 +543,10 @@ static int chan_take_locked(rt_chan *ch, void **value, rt_waker *wake)
         n->state = RT__WAIT_GRANTED;
         *wake = n->waker;
         n->waker = rt__waker_noop();
+    } else if (chan_ended_locked(ch) && ch->rx_head != NULL) {
+        chan_wake_all_rx_locked(ch);
     }
-    return 0;
+    return value;
 }
 
 RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
@@ -436,9 +554,14 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
     if (ch == NULL)
         return -EINVAL;
     void *v = NULL;
+    int err = 0;
     rt_waker wake = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
-    int err = chan_take_locked(ch, &v, &wake);
+    /* Values promised to woken receives are theirs: no barging. */
+    if (ch->len > ch->reserved)
+        v = chan_take_locked(ch, &wake);
+    else
+        err = chan_ended_locked(ch) ? -EPIPE : -EAGAIN;
     rt__waitq_unlock(&ch->lock);
     rt__waker_wake(&wake);
     if (value != NULL)
@@ -446,25 +569,97 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
     return err;
 }
 
-RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *status)
+RT_EXPORT int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch)
 {
-    if (rt__unlikely(ch == NULL || cx == NULL)) {
+    if (op == NULL || ch == NULL)
+        return -EINVAL;
+    /* Field by field: a receive is prepared on every round trip. */
+    op->ch = ch;
+    op->node.prev = op->node.next = NULL;
+    op->node.waker = rt__waker_noop();
+    op->node.want = 0;
+    op->node.state = RT__WAIT_IDLE;
+    return 0;
+}
+
+/* A receive leaving the queue gives the cache back if it borrowed it. */
+static inline void chan_rx_unborrow_locked(rt_chan *ch, rt_waitnode *n)
+{
+    if (n->want == RX_USES_CACHE) {
+        n->want = 0;
+        ch->rx_cache_used = false;
+    }
+}
+
+/* Releases a woken receive's claim (GRANTED) without using it: the value
+ * it was promised is free again, for the next waiting receive. Under the
+ * lock; the next one's waker goes to *wake. */
+static void chan_release_claim_locked(rt_chan *ch, rt_waitnode *n, rt_waker *wake)
+{
+    ch->reserved--;
+    n->state = RT__WAIT_IDLE;
+    chan_wake_rx_locked(ch, wake);
+}
+
+RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **value, int *status)
+{
+    if (rt__unlikely(op == NULL || cx == NULL)) {
+        /* An operation is left as it was: rt_chan_recv_drop still settles it. */
         if (value != NULL)
             *value = NULL;
         if (status != NULL)
             *status = -EINVAL;
         return RT_READY;
     }
+    rt_chan *ch = op->ch;
+    if (ch == NULL) {
+        /* Finished (or never initialised): the answer was given already. */
+        if (value != NULL)
+            *value = NULL;
+        if (status != NULL)
+            *status = -EALREADY;
+        return RT_READY;
+    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     void *v = NULL;
+    int err;
     rt_waker wake = rt__waker_noop();
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
-    int err = chan_take_locked(ch, &v, &wake);
-    if (err == -EAGAIN) {
-        old = rt__waker_store(&ch->rx_waker, rt_context_waker(cx));
-        ch->rx_waiting = true;
+    if (op->node.state == RT__WAIT_GRANTED || op->node.state == RT__WAIT_CLOSED) {
+        /* Woken: a claim on one value (GRANTED), spent on this attempt, or
+         * a call to look again at the end of the stream (CLOSED). */
+        if (op->node.state == RT__WAIT_GRANTED)
+            ch->reserved--;
+        op->node.state = RT__WAIT_IDLE;
+        old = op->node.waker;
+        op->node.waker = rt__waker_noop();
+    }
+    bool can_take = ch->len > ch->reserved;
+    if (can_take || chan_ended_locked(ch)) {
+        if (op->node.state == RT__WAIT_QUEUED) {
+            /* A value free for anyone came while it was queued behind
+             * others, or the end did: it leaves the queue. */
+            rt__waitq_remove(&ch->rx_head, &ch->rx_tail, &op->node);
+            chan_rx_unborrow_locked(ch, &op->node);
+            old = op->node.waker;
+            op->node.waker = rt__waker_noop();
+        }
+        op->node.state = RT__WAIT_DONE;
+        err = -EPIPE;
+        if (can_take) {
+            v = chan_take_locked(ch, &wake);
+            err = 0;
+        }
+    } else {
+        err = -EAGAIN;
+        bool was_queued = op->node.state == RT__WAIT_QUEUED;
+        chan_rx_store_waker_locked(ch, &op->node, rt_context_waker(cx), was_queued, &old);
+        if (!was_queued) {
+            op->node.state = RT__WAIT_QUEUED;
+            rt__waitq_push(&ch->rx_head, &ch->rx_tail, &op->node);
+        }
     }
     rt__waitq_unlock(&ch->lock);
     rt__waker_drop(&old);
@@ -473,6 +668,7 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
     }
+    op->ch = NULL;
     if (value != NULL)
         *value = v;
     if (status != NULL)
@@ -480,17 +676,58 @@ RT_EXPORT rt_poll rt_chan_recv(rt_chan *ch, rt_context *cx, void **value, int *s
     return RT_READY;
 }
 
-/* rt_chan_recv as the kind of receive recv_blocking repeats. */
-static rt_poll chan_recv_any(void *ch, rt_context *cx, void **value, int *status)
+RT_EXPORT void rt_chan_recv_drop(rt_chan_recv *op)
 {
-    return rt_chan_recv(ch, cx, value, status);
+    if (op == NULL || op->ch == NULL)
+        return;
+    rt_chan *ch = op->ch;
+    op->ch = NULL;
+    rt_waker wake = rt__waker_noop();
+    rt__waitq_lock(&ch->lock);
+    if (op->node.state == RT__WAIT_QUEUED) {
+        rt__waitq_remove(&ch->rx_head, &ch->rx_tail, &op->node);
+        chan_rx_unborrow_locked(ch, &op->node);
+    } else if (op->node.state == RT__WAIT_GRANTED) {
+        chan_release_claim_locked(ch, &op->node, &wake); /* passes the wake on */
+    }
+    op->node.state = RT__WAIT_DONE;
+    rt_waker old = op->node.waker;
+    op->node.waker = rt__waker_noop();
+    rt__waitq_unlock(&ch->lock);
+    rt__waker_drop(&old);
+    rt__waker_wake(&wake);
+}
+
+/* A receive for rt_chan_recv_blocking. */
+struct chan_recv_blocking {
+    rt_chan_recv op;
+    void *value;
+    int status;
+};
+
+static rt_poll chan_recv_blocking_poll(void *arg, rt_context *cx)
+{
+    struct chan_recv_blocking *b = arg;
+    return rt_chan_recv_poll(&b->op, cx, &b->value, &b->status);
 }
 
 RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
 {
-    if (ch == NULL)
-        return -EINVAL;
-    return recv_blocking(chan_recv_any, ch, timeout_ns, value);
+    if (value != NULL)
+        *value = NULL;
+    struct chan_recv_blocking b;
+    int err = rt_chan_recv_init(&b.op, ch);
+    if (err < 0)
+        return err;
+    b.value = NULL;
+    b.status = 0;
+    err = rt__block_on_poll(chan_recv_blocking_poll, &b, timeout_ns);
+    rt_chan_recv_drop(&b.op); /* a no-op once it completed */
+    if (err == 0)
+        err = b.status;
+    if (value != NULL)
+        *value = b.value;
+    return err;
 }
 
 RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)
