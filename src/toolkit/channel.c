@@ -12,7 +12,16 @@
  * takes a value moves the oldest waiting sender's value into the freed slot
  * at once and marks that sender GRANTED, so the buffer stays full while
  * anyone waits, a new send can never overtake a waiting one, and values
- * enter the buffer in the order their sends began to wait. */
+ * enter the buffer in the order their sends began to wait.
+ *
+ * Receivers keep the mirror invariant: receives wait in their queue only
+ * while every buffered value is promised (len <= reserved). A value that
+ * comes wakes the oldest waiting receive with a claim on it (GRANTED,
+ * reserved + 1); nobody else may take a promised value, so the woken one
+ * finds it, and if it is dropped first its claim wakes the next one. The
+ * end of the stream wakes every waiting receive without a claim (CLOSED):
+ * each looks again, takes what is left or sees -EPIPE, and the receive
+ * that takes the last value after the end wakes those that queued again. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
