@@ -2,7 +2,10 @@
  * receiver tasks and foreign threads share one channel with a receiver
  * reference each; every value reaches exactly one of them, the end of the
  * stream reaches all of them, and receivers aborted while they wait (woken
- * for a value or not) lose nothing and strand nothing. */
+ * for a value or not) lose nothing and strand nothing; by hand, a waiting
+ * sender's value moved in by a woken receive wakes the next one, and a
+ * receiver that lets go of the channel inside the end-of-stream wake does
+ * not pull it from under the last sender. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -190,4 +193,94 @@ Test(channel, a_receiver_reference_keeps_the_channel_open_until_the_last_drop)
     rt_chan_receiver_drop(ch, NULL, NULL); /* the last: closed */
     cr_assert_eq(rt_chan_try_send(ch, V(2)), -EPIPE);
     rt_chan_sender_drop(ch);
+}
+
+/* ---- by hand ---------------------------------------------------------------------- */
+
+Test(channel, a_waiting_senders_value_moved_in_by_a_woken_receive_wakes_the_next_receive)
+{
+    rt_chan *ch = NULL;
+    cr_assert_eq(rt_chan_new(1, &ch), 0);
+    struct hand h1, h2, hs;
+    hand_init(&h1);
+    hand_init(&h2);
+    hand_init(&hs);
+    rt_chan_recv r1, r2;
+    cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
+    cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_chan_try_send(ch, V(1)), 0); /* promised to r1 */
+    rt_chan_send send;
+    cr_assert_eq(rt_chan_send_init(&send, ch, V(2)), 0);
+    cr_assert_eq(rt_chan_send_poll(&send, &hs.cx, NULL), RT_PENDING, "the buffer is full");
+    void *v = NULL;
+    int st = 1;
+    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
+    cr_assert_eq(v, V(1));
+    /* Taking 1 moved 2 in: it is r2's now. */
+    cr_assert_eq(counting_wakes(&h2.w), 1, "the value moved in woke nobody");
+    cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN, "a try took the value promised to r2");
+    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
+    cr_assert_eq(st, 0);
+    cr_assert_eq(v, V(2));
+    cr_assert_eq(counting_wakes(&hs.w), 1);
+    cr_assert_eq(rt_chan_send_poll(&send, &hs.cx, &st), RT_READY);
+    cr_assert_eq(st, 0);
+    rt_chan_send_drop(&send);
+    rt_chan_recv_drop(&r1);
+    rt_chan_recv_drop(&r2);
+    rt_chan_sender_drop(ch);
+    rt_chan_receiver_drop(ch, NULL, NULL);
+    cr_assert_eq(counting_outstanding(&h1.w), 0);
+    cr_assert_eq(counting_outstanding(&h2.w), 0);
+    cr_assert_eq(counting_outstanding(&hs.w), 0);
+}
+
+/* A receiver whose wake gives up its receive and the last receiver
+ * reference, as a thread woken by the end of the stream may do at once. */
+struct letgo {
+    rt_chan *ch;
+    rt_chan_recv op;
+    int woken;
+};
+
+static const rt_waker_vtable letgo_vtable;
+
+static rt_waker letgo_clone(const void *data)
+{
+    rt_waker w = {&letgo_vtable, data};
+    return w;
+}
+
+static void letgo_wake_by_ref(const void *data)
+{
+    struct letgo *l = (struct letgo *)data;
+    if (l->woken++ == 0) {
+        rt_chan_recv_drop(&l->op);
+        rt_chan_receiver_drop(l->ch, NULL, NULL);
+    }
+}
+
+static void letgo_nothing(const void *data)
+{
+    (void)data;
+}
+
+static const rt_waker_vtable letgo_vtable = {letgo_clone, letgo_wake_by_ref, letgo_wake_by_ref,
+                                             letgo_nothing};
+
+Test(channel, a_receiver_letting_go_in_its_end_of_stream_wake_leaves_the_channel_to_the_sender)
+{
+    rt_chan *ch = NULL;
+    cr_assert_eq(rt_chan_new(1, &ch), 0);
+    struct letgo l = {ch, {0}, 0};
+    cr_assert_eq(rt_chan_recv_init(&l.op, ch), 0);
+    rt_context cx = {{&letgo_vtable, &l}};
+    cr_assert_eq(rt_chan_recv_poll(&l.op, &cx, NULL, NULL), RT_PENDING);
+    /* The last sender wakes the receive to see the end; the receiver lets
+     * go of everything inside that wake, while the sender's drop has yet to
+     * take the channel's lock again. The channel is freed once, after. */
+    rt_chan_sender_drop(ch);
+    cr_assert_eq(l.woken, 1);
 }

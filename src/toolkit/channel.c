@@ -243,6 +243,7 @@ struct rt_chan {
     size_t first;         /* index of the oldest buffered value */
     size_t reserved;      /* receives woken (GRANTED) that have not polled yet */
     rt_waker rx_cache;    /* a clone of the last waiting receive's waker (no-op: none) */
+    unsigned busy;        /* threads inside a wake window (lock released): no free */
     bool rx_cache_used;   /* a queued receive uses rx_cache as its waker */
     rt_waitnode *rx_head; /* oldest waiting receive (only while len <= reserved) */
     rt_waitnode *rx_tail; /* newest waiting receive */
@@ -273,10 +274,12 @@ RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
     return 0;
 }
 
-/* Releases the lock; frees the channel when its last side is gone. */
+/* Releases the lock; frees the channel when its last side is gone and no
+ * thread is inside a wake window (chan_wake_all_rx_locked), which would
+ * take the lock again. */
 static void chan_unlock(rt_chan *ch)
 {
-    bool gone = ch->senders == 0 && ch->rx_gone;
+    bool gone = ch->senders == 0 && ch->rx_gone && ch->busy == 0;
     rt__waitq_unlock(&ch->lock);
     if (gone)
         free(ch);
@@ -374,11 +377,16 @@ static inline void chan_wake_rx_locked(rt_chan *ch, rt_waker *wake)
 static void chan_wake_all_rx_locked(rt_chan *ch)
 {
     rt__wake_list wakes = {0};
+    /* The wakes run with the lock released, and a woken receiver may then
+     * give back the last receiver reference: `busy` keeps the channel
+     * alive until this thread has taken the lock again. */
     while (ch->rx_head != NULL) {
         if (wakes.n == RT__WAKE_LIST_MAX) {
+            ch->busy++;
             rt__waitq_unlock(&ch->lock);
             rt__wake_list_wake(&wakes);
             rt__waitq_lock(&ch->lock);
+            ch->busy--;
             continue;
         }
         rt_waitnode *n = rt__waitq_pop(&ch->rx_head, &ch->rx_tail);
@@ -391,9 +399,11 @@ static void chan_wake_all_rx_locked(rt_chan *ch)
         rt__wake_list_take(&wakes, n);
     }
     if (wakes.n > 0) {
+        ch->busy++;
         rt__waitq_unlock(&ch->lock);
         rt__wake_list_wake(&wakes);
         rt__waitq_lock(&ch->lock);
+        ch->busy--;
     }
 }
 
@@ -538,10 +548,11 @@ RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
 
 /* Takes the oldest value (the caller made sure one is free: len >
  * reserved) and moves the oldest waiting sender's value into the freed slot,
- * putting that sender's waker in *wake. Taking the last value after the end
+ * putting that sender's waker in *wake and, when a receive waits for that
+ * value, the receive's in *wake_rx. Taking the last value after the end
  * wakes every waiting receive to see the end. Under the lock, which it may
  * release and retake (chan_wake_all_rx_locked). */
-static void *chan_take_locked(rt_chan *ch, rt_waker *wake)
+static void *chan_take_locked(rt_chan *ch, rt_waker *wake, rt_waker *wake_rx)
 {
     void *value = ch->buf[ch->first];
     ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
@@ -552,6 +563,9 @@ static void *chan_take_locked(rt_chan *ch, rt_waker *wake)
         n->state = RT__WAIT_GRANTED;
         *wake = n->waker;
         n->waker = rt__waker_noop();
+        /* The value moved in is a new one to promise: a woken receive that
+         * just spent its claim leaves len > reserved while others wait. */
+        chan_wake_rx_locked(ch, wake_rx);
     } else if (chan_ended_locked(ch) && ch->rx_head != NULL) {
         chan_wake_all_rx_locked(ch);
     }
@@ -565,14 +579,16 @@ RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
     void *v = NULL;
     int err = 0;
     rt_waker wake = rt__waker_noop();
+    rt_waker wake_rx = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
     /* Values promised to woken receives are theirs: no barging. */
     if (ch->len > ch->reserved)
-        v = chan_take_locked(ch, &wake);
+        v = chan_take_locked(ch, &wake, &wake_rx);
     else
         err = chan_ended_locked(ch) ? -EPIPE : -EAGAIN;
     rt__waitq_unlock(&ch->lock);
     rt__waker_wake(&wake);
+    rt__waker_wake(&wake_rx);
     if (value != NULL)
         *value = v;
     return err;
@@ -634,7 +650,9 @@ RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **val
     void *v = NULL;
     int err;
     rt_waker wake = rt__waker_noop();
+    rt_waker wake_rx = rt__waker_noop();
     rt_waker old = rt__waker_noop();
+    rt_waker old_stored = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
     if (op->node.state == RT__WAIT_GRANTED || op->node.state == RT__WAIT_CLOSED) {
         /* Woken: a claim on one value (GRANTED), spent on this attempt, or
@@ -658,13 +676,13 @@ RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **val
         op->node.state = RT__WAIT_DONE;
         err = -EPIPE;
         if (can_take) {
-            v = chan_take_locked(ch, &wake);
+            v = chan_take_locked(ch, &wake, &wake_rx);
             err = 0;
         }
     } else {
         err = -EAGAIN;
         bool was_queued = op->node.state == RT__WAIT_QUEUED;
-        chan_rx_store_waker_locked(ch, &op->node, rt_context_waker(cx), was_queued, &old);
+        chan_rx_store_waker_locked(ch, &op->node, rt_context_waker(cx), was_queued, &old_stored);
         if (!was_queued) {
             op->node.state = RT__WAIT_QUEUED;
             rt__waitq_push(&ch->rx_head, &ch->rx_tail, &op->node);
@@ -672,7 +690,9 @@ RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **val
     }
     rt__waitq_unlock(&ch->lock);
     rt__waker_drop(&old);
+    rt__waker_drop(&old_stored);
     rt__waker_wake(&wake);
+    rt__waker_wake(&wake_rx);
     if (err == -EAGAIN) {
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
