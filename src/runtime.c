@@ -184,7 +184,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         goto fail_io;
     }
     for (unsigned i = 0; i < rt->nworkers; i++) {
-        int perr = rt__pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
+        int perr =
+            rt__pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
         if (perr != 0) {
             pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             stop_and_join_workers(rt);

@@ -127,7 +127,8 @@ static void run_scenario(const char *name)
             }
             if (rep.problem[0] != '\0') {
                 bad++;
-                fprintf(stderr, "fault injection: %s, request %llu failed %s: first failed at %s: %s\n",
+                fprintf(stderr,
+                        "fault injection: %s, request %llu failed %s: first failed at %s: %s\n",
                         name, (unsigned long long)n, mode == 1 ? "and every later one" : "once",
                         rep.site, rep.problem);
             }

@@ -11,18 +11,18 @@
  * each request takes its number with one fetch-and-add, and that number alone
  * decides its fate, so every number is used exactly once. */
 static struct {
-    uint64_t nth;        /* the first request to fail, counting from 1; 0: none */
-    uint32_t persistent; /* 1: every request from nth on fails; 0: only nth */
-    uint32_t kinds;      /* bit k set: requests of kind k are counted */
-    int err;             /* errno to fail with; 0: the kind's own */
-    uint64_t calls;      /* requests counted since the last arm */
-    uint64_t failed;     /* requests failed since the last arm */
+    uint64_t nth;           /* the first request to fail, counting from 1; 0: none */
+    uint32_t persistent;    /* 1: every request from nth on fails; 0: only nth */
+    uint32_t kinds;         /* bit k set: requests of kind k are counted */
+    int err;                /* errno to fail with; 0: the kind's own */
+    uint64_t calls;         /* requests counted since the last arm */
+    uint64_t failed;        /* requests failed since the last arm */
     const char *first_site; /* where the first failed request was made */
 } plan = {.kinds = ~0u};
 
 static const int natural_errno[RT__FAULT_KINDS] = {
-    [RT__FAULT_ALLOC] = ENOMEM, [RT__FAULT_MMAP] = ENOMEM,  [RT__FAULT_THREAD] = EAGAIN,
-    [RT__FAULT_SYNC] = ENOMEM,  [RT__FAULT_FD] = EMFILE, [RT__FAULT_EPOLL] = ENOMEM,
+    [RT__FAULT_ALLOC] = ENOMEM, [RT__FAULT_MMAP] = ENOMEM, [RT__FAULT_THREAD] = EAGAIN,
+    [RT__FAULT_SYNC] = ENOMEM,  [RT__FAULT_FD] = EMFILE,   [RT__FAULT_EPOLL] = ENOMEM,
 };
 
 int rt__fault_check(rt__fault_kind kind, const char *site)

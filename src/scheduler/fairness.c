@@ -82,8 +82,8 @@ rt_task *rt__take_starved_top(rt__worker *w)
 void rt__restart_check_window(rt__worker *w)
 {
     w->own.check_interval = RT__INJECTOR_CHECK_FIRST < w->rt->config.injector_interval
-                            ? RT__INJECTOR_CHECK_FIRST
-                            : w->rt->config.injector_interval;
+                                ? RT__INJECTOR_CHECK_FIRST
+                                : w->rt->config.injector_interval;
     w->own.until_check = w->own.check_interval;
     w->own.last_check_ns = rt__now_ns();
 }
@@ -92,7 +92,8 @@ void rt__restart_check_window(rt__worker *w)
 void rt__retune_check_interval(rt__worker *w, int64_t now)
 {
     int64_t per_poll = (now - w->own.last_check_ns) / (int64_t)w->own.check_interval;
-    w->own.poll_ns_avg = w->own.poll_ns_avg == 0 ? per_poll : (3 * w->own.poll_ns_avg + per_poll) / 4;
+    w->own.poll_ns_avg =
+        w->own.poll_ns_avg == 0 ? per_poll : (3 * w->own.poll_ns_avg + per_poll) / 4;
     int64_t fit = RT__INJECTOR_CHECK_NS / (w->own.poll_ns_avg > 0 ? w->own.poll_ns_avg : 1);
     int64_t most = w->rt->config.injector_interval;
     /* At 1 every look would take injected work before local work, and a

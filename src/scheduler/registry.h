@@ -53,5 +53,4 @@ typedef struct rt__foreign_shard {
 /* The foreign shard the calling (foreign) thread uses. */
 rt__foreign_shard *rt__foreign_shard_of_thread(rt_runtime *rt);
 
-
 #endif

@@ -97,7 +97,4 @@ void rt__scheduler_drain(rt_runtime *rt);
  * snapshot of the idle word; the reactor's nap check). */
 bool rt__every_worker_unparked(rt_runtime *rt);
 
-
-
-
 #endif

@@ -140,5 +140,4 @@ void *rt__worker_main(void *arg);
  * enough has run since the last sweep for that to be worth the scan. */
 void rt__registry_sweep_idle(rt__worker *w);
 
-
 #endif

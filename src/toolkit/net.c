@@ -141,7 +141,8 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
         }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = rt__accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd =
+            rt__accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             /* Only the registration can fail now (the runtime is shutting
              * down, or epoll has no memory for the watch): the connection

@@ -84,8 +84,8 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
             e = -ESHUTDOWN;
         else if ((t = timer_new(r, s->deadline_ns, cx)) == NULL)
             e = -ENOMEM;
-        else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t,
-                                           t->entry.deadline, s->deadline_ns - now)) {
+        else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t, t->entry.deadline,
+                                           s->deadline_ns - now)) {
             rt__timer_unref(t, 2); /* never published */
             e = -ESHUTDOWN;
         }
