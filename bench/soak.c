@@ -319,6 +319,7 @@ struct server {
     struct reader rd;
     struct job *job;   /* owned while not NULL */
     rt_oneshot *reply; /* its receiving side, owned while not NULL */
+    rt_oneshot_recv recv;
     rt_chan_send send;
     bool sending;
     rt_sleep delay;
@@ -334,6 +335,7 @@ static void server_drop(void *state)
     END(rt_sleep_drop, &s->delay);
     if (s->sending && rt_chan_send_drop(&s->send) == 1)
         s->job = NULL; /* the channel took it: the processor frees it */
+    rt_oneshot_recv_drop(&s->recv);
     if (s->reply != NULL) {
         void *unreceived = NULL;
         rt_oneshot_receiver_drop(s->reply, &unreceived);
@@ -391,7 +393,8 @@ static rt_poll server_poll(void *state, rt_context *cx, void **out)
             break;
         }
         s->job = NULL;
-        RT_AWAIT(&s->co, rt_oneshot_recv(s->reply, cx, &s->value, &s->status));
+        rt_oneshot_recv_init(&s->recv, s->reply);
+        RT_AWAIT(&s->co, rt_oneshot_recv_poll(&s->recv, cx, &s->value, &s->status));
         rt_oneshot_receiver_drop(s->reply, NULL);
         s->reply = NULL;
         if ((s->job = s->value) == NULL) {

@@ -464,6 +464,7 @@ struct chans {
     rt_chan *ch;
     rt_chan_recv recv;
     rt_oneshot *once;
+    rt_oneshot_recv once_recv;
     void *value;
     int status;
     int received;
@@ -500,7 +501,8 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
     if ((c->h.err = EXPECT(rt_oneshot_new(&c->once))) < 0)
         RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
     rt_oneshot_send(c->once, (void *)(intptr_t)7);
-    RT_AWAIT(&c->h.co, rt_oneshot_recv(c->once, cx, &c->value, &c->status));
+    rt_oneshot_recv_init(&c->once_recv, c->once);
+    RT_AWAIT(&c->h.co, rt_oneshot_recv_poll(&c->once_recv, cx, &c->value, &c->status));
     if (c->status != 0 || (intptr_t)c->value != 7)
         expect("oneshot", c->status != 0 ? c->status : -EPROTO, NULL);
     rt_oneshot_receiver_drop(c->once, NULL);
@@ -512,6 +514,7 @@ static void chans_drop(void *p)
 {
     struct chans *c = p;
     rt_chan_recv_drop(&c->recv);
+    rt_oneshot_recv_drop(&c->once_recv);
     if (c->ch != NULL)
         rt_chan_receiver_drop(c->ch, NULL, NULL);
     if (c->once != NULL) {

@@ -26,14 +26,17 @@ rt_poll oneshot_receiver_poll(void *state, rt_context *cx, void **out)
 {
     struct oneshot_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
-    RT_AWAIT(&r->co,
-             announce(rt_oneshot_recv(r->o, cx, &r->value, &r->status), &r->announced, r->pending));
+    rt_oneshot_recv_init(&r->op, r->o);
+    RT_AWAIT(&r->co, announce(rt_oneshot_recv_poll(&r->op, cx, &r->value, &r->status),
+                              &r->announced, r->pending));
     if (r->res != NULL) {
         r->res->status = r->status;
         r->res->value = r->value;
         r->res->again_value = V(1);
         r->res->again_status = 1;
-        r->res->again = rt_oneshot_recv(r->o, cx, &r->res->again_value, &r->res->again_status);
+        /* The same operation, polled again after it completed. */
+        r->res->again =
+            rt_oneshot_recv_poll(&r->op, cx, &r->res->again_value, &r->res->again_status);
     }
     RT_RETURN(&r->co, out, r->value);
     RT_CORO_END(&r->co, out);
@@ -42,6 +45,7 @@ rt_poll oneshot_receiver_poll(void *state, rt_context *cx, void **out)
 void oneshot_receiver_drop(void *state)
 {
     struct oneshot_receiver *r = state;
+    rt_oneshot_recv_drop(&r->op);
     if (r->owns_receiver) {
         void *u = NULL;
         if (rt_oneshot_receiver_drop(r->o, &u) == 1)

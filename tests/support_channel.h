@@ -38,6 +38,7 @@ struct oneshot_result {
 struct oneshot_receiver {
     rt_coro co;
     rt_oneshot *o;
+    rt_oneshot_recv op;
     bool owns_receiver;
     bool announced;
     void *value;

@@ -56,26 +56,75 @@ Test(channel, oneshot_recv_polled_by_hand_is_woken_once_and_hands_the_value_out_
     cr_assert_eq(rt_oneshot_new(&o), 0);
     struct hand h;
     hand_init(&h);
+    rt_oneshot_recv op;
+    cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
     void *v = V(1);
     int st = 1;
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_oneshot_send(o, V(5)), 0);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was woken %ld times", counting_wakes(&h.w));
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_READY);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, 0);
     cr_assert_eq(v, V(5));
     v = V(1);
     st = 1;
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_READY, "a later poll is not ready again");
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY,
+                 "a later poll is not ready again");
     cr_assert_null(v, "the value was handed out twice");
     cr_assert_eq(st, -EALREADY);
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, NULL, NULL), RT_READY);
+    rt_oneshot_recv_drop(&op); /* after completion: nothing to do */
+    /* A new receive after the value was taken: -EALREADY too. */
+    cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, NULL, &st), RT_READY);
+    cr_assert_eq(st, -EALREADY);
     void *u = V(1);
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
     cr_assert_null(u);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a waker reference was not given back");
+}
+
+Test(channel, oneshot_a_second_receive_while_one_waits_is_ebusy_not_a_silent_hang)
+{
+    rt_oneshot *o = NULL;
+    cr_assert_eq(rt_oneshot_new(&o), 0);
+    struct hand h1, h2;
+    hand_init(&h1);
+    hand_init(&h2);
+    rt_oneshot_recv r1, r2;
+    cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
+    cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
+    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
+    void *v = V(1);
+    int st = 1;
+    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, &v, &st), RT_READY,
+                 "a second receive waited behind the first");
+    cr_assert_eq(st, -EBUSY);
+    cr_assert_null(v);
+    cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -EBUSY);
+    cr_assert_eq(counting_outstanding(&h2.w), 0, "the refused receive's waker was kept");
+    /* The first still gets the value. */
+    cr_assert_eq(rt_oneshot_send(o, V(9)), 0);
+    cr_assert_eq(counting_wakes(&h1.w), 1);
+    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
+    cr_assert_eq(st, 0);
+    cr_assert_eq(v, V(9));
+    /* Once the first one is dropped while waiting, a second may wait. */
+    cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
+    cr_assert_eq(rt_oneshot_new(&o), 0);
+    cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
+    cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
+    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
+    rt_oneshot_recv_drop(&r1);
+    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(rt_oneshot_send(o, V(3)), 0);
+    cr_assert_eq(counting_wakes(&h2.w), 1);
+    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
+    cr_assert_eq(v, V(3));
+    cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
+    cr_assert_eq(counting_outstanding(&h1.w), 0);
+    cr_assert_eq(counting_outstanding(&h2.w), 0);
 }
 
 Test(channel, oneshot_sender_dropped_without_sending_gives_epipe)
@@ -84,12 +133,14 @@ Test(channel, oneshot_sender_dropped_without_sending_gives_epipe)
     cr_assert_eq(rt_oneshot_new(&o), 0);
     struct hand h;
     hand_init(&h);
+    rt_oneshot_recv op;
+    cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
     void *v = NULL;
     int st = 1;
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
     rt_oneshot_sender_drop(o);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was not woken by the sender's drop");
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, &v, &st), RT_READY);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
     void *u = V(1);
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
@@ -115,16 +166,19 @@ Test(channel, oneshot_receiver_dropped_first_send_gets_epipe_and_keeps_the_value
     cr_assert_eq(m->seq, 1);
     free(m); /* still ours */
 
-    /* A receiver that was waiting gives its waker back when dropped. */
+    /* A receive that was waiting gives its waker back when dropped. */
     struct hand h;
     hand_init(&h);
     cr_assert_eq(rt_oneshot_new(&o), 0);
-    cr_assert_eq(rt_oneshot_recv(o, &h.cx, NULL, NULL), RT_PENDING);
+    rt_oneshot_recv op;
+    cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
+    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, NULL, NULL), RT_PENDING);
+    rt_oneshot_recv_drop(&op);
+    cr_assert_eq(counting_outstanding(&h.w), 0, "the dropped receive's waker was kept");
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
     m = new_msg(2);
     cr_assert_eq(rt_oneshot_send(o, m), -EPIPE);
     free(m);
-    cr_assert_eq(counting_outstanding(&h.w), 0, "the dropped receiver's waker was kept");
 }
 
 Test(channel, oneshot_receiver_drop_returns_an_unreceived_value)

@@ -650,16 +650,22 @@ Test(null, channel)
     cr_assert_eq(rt_oneshot_new(&o), 0);
     cr_assert_eq(rt_oneshot_send(NULL, (void *)5), -EINVAL);
     rt_oneshot_sender_drop(NULL);
-    cr_assert_eq(rt_oneshot_recv(NULL, &cx, &v, &status), RT_READY);
+    cr_assert_eq(rt_oneshot_recv_poll(NULL, &cx, &v, &status), RT_READY);
     cr_assert_null(v);
     cr_assert_eq(status, -EINVAL);
-    cr_assert_eq(rt_oneshot_recv(NULL, &cx, NULL, NULL), RT_READY);
+    cr_assert_eq(rt_oneshot_recv_poll(NULL, &cx, NULL, NULL), RT_READY);
+    rt_oneshot_recv_drop(NULL);
+    rt_oneshot_recv orecv;
+    cr_assert_eq(rt_oneshot_recv_init(NULL, o), -EINVAL);
+    cr_assert_eq(rt_oneshot_recv_init(&orecv, NULL), -EINVAL);
+    cr_assert_eq(rt_oneshot_recv_init(&orecv, o), 0);
     cr_assert_eq(rt_oneshot_send(o, (void *)5), 0);
     v = (void *)1;
     status = 1;
-    cr_assert_eq(rt_oneshot_recv(o, NULL, &v, &status), RT_READY);
+    cr_assert_eq(rt_oneshot_recv_poll(&orecv, NULL, &v, &status), RT_READY);
     cr_assert_null(v);
     cr_assert_eq(status, -EINVAL);
+    rt_oneshot_recv_drop(&orecv);
     cr_assert_eq(rt_oneshot_try_recv(NULL, &v), -EINVAL);
     cr_assert_eq(rt_oneshot_recv_blocking(NULL, 0, &v), -EINVAL);
     /* The value is still there; value may be NULL. */

@@ -63,13 +63,28 @@ int rt_oneshot_send(rt_oneshot *o, void *value);
  * is a no-op. */
 void rt_oneshot_sender_drop(rt_oneshot *o);
 
+/* The receive. Fields are private. */
+typedef struct rt_oneshot_recv {
+    rt_oneshot *o; /* NULL: not initialised, or finished */
+} rt_oneshot_recv;
+
+/* Prepares to receive from o (the caller holds the receiving side for as
+ * long as the operation lives). Errors: -EINVAL (op or o NULL). */
+int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o);
+
 /* RT_READY with *status 0 and the value in *value, or *status -EPIPE when the
  * sender was dropped without sending; else RT_PENDING (waker stored). The
- * value is handed out once: a poll after it was taken reports RT_READY with
- * *value NULL and *status -EALREADY. value and status may be NULL. The
- * receiving side stays to be dropped. o or cx NULL: RT_READY with *value
- * NULL and *status -EINVAL. */
-rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status);
+ * value is handed out once: a receive after it was taken reports -EALREADY,
+ * as does a poll after the one that returned RT_READY. One receive waits at
+ * a time: while one does, another one's poll reports -EBUSY. *value is NULL
+ * unless *status is 0. value and status may be NULL. op or cx NULL: RT_READY
+ * with *value NULL and *status -EINVAL; op is left as it was. */
+rt_poll rt_oneshot_recv_poll(rt_oneshot_recv *op, rt_context *cx, void **value, int *status);
+
+/* Abandons the receive: a waiting one gives its waker back (the value, if
+ * one comes, stays in the oneshot). Nothing to do after RT_READY or a
+ * second call, on a zeroed operation, and for NULL. */
+void rt_oneshot_recv_drop(rt_oneshot_recv *op);
 
 /* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
  * sender is gone without sending), -EALREADY (already received), -EINVAL (o
@@ -78,14 +93,15 @@ int rt_oneshot_try_recv(rt_oneshot *o, void **value);
 
 /* Blocks the calling thread until a value or -EPIPE comes, or timeout_ns
  * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
- * -EALREADY, -ENOMEM, -EINVAL (o NULL). value may be NULL, as for
+ * -EALREADY, -EBUSY (another receive waits), -ENOMEM, -EINVAL (o NULL). value may be NULL, as for
  * rt_oneshot_try_recv. */
 int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value);
 
-/* Releases the receiving side. If a value was sent but never received, it is
- * written to *unreceived (may be NULL: then it is simply not handed back)
- * and 1 is returned; else *unreceived gets NULL and 0 is returned. A sender
- * sending afterwards gets -EPIPE. o NULL: a no-op returning 0. */
+/* Releases the receiving side (after dropping its receive operation). If a
+ * value was sent but never received, it is written to *unreceived (may be
+ * NULL: then it is simply not handed back) and 1 is returned; else
+ * *unreceived gets NULL and 0 is returned. A sender sending afterwards gets
+ * -EPIPE. o NULL: a no-op returning 0. */
 int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 
 /* ---- Bounded multi-producer channel ---------------------------------------*/

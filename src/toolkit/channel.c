@@ -41,13 +41,14 @@
 /* ---- Oneshot ---------------------------------------------------------------*/
 
 struct rt_oneshot {
-    uint32_t lock;     /* spinlock over the fields below */
-    bool sent;         /* a value was sent */
-    bool taken;        /* the receiver took it */
-    bool tx_gone;      /* the sending side is released */
-    bool rx_gone;      /* the receiving side is released */
-    void *value;       /* the value, once sent */
-    rt_waker rx_waker; /* the waiting receiver, or the no-op waker */
+    uint32_t lock;                /* spinlock over the fields below */
+    bool sent;                    /* a value was sent */
+    bool taken;                   /* the receiver took it */
+    bool tx_gone;                 /* the sending side is released */
+    bool rx_gone;                 /* the receiving side is released */
+    void *value;                  /* the value, once sent */
+    rt_waker rx_waker;            /* the waiting receive's waker, or the no-op waker */
+    const rt_oneshot_recv *rx_op; /* the receive that waits, or NULL */
 };
 
 RT_EXPORT int rt_oneshot_new(rt_oneshot **out)
@@ -118,34 +119,76 @@ static int oneshot_take_locked(rt_oneshot *o, void **value)
     return o->tx_gone ? -EPIPE : -EAGAIN;
 }
 
-RT_EXPORT rt_poll rt_oneshot_recv(rt_oneshot *o, rt_context *cx, void **value, int *status)
+RT_EXPORT int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o)
 {
-    if (rt__unlikely(o == NULL || cx == NULL)) {
+    if (op == NULL || o == NULL)
+        return -EINVAL;
+    op->o = o;
+    return 0;
+}
+
+RT_EXPORT rt_poll rt_oneshot_recv_poll(rt_oneshot_recv *op, rt_context *cx, void **value,
+                                       int *status)
+{
+    if (rt__unlikely(op == NULL || cx == NULL || op->o == NULL)) {
+        /* An operation is left as it was: rt_oneshot_recv_drop settles it. */
         if (value != NULL)
             *value = NULL;
         if (status != NULL)
-            *status = -EINVAL;
+            *status = op != NULL && cx != NULL ? -EALREADY : -EINVAL;
         return RT_READY;
     }
+    rt_oneshot *o = op->o;
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     void *v = NULL;
+    int err;
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&o->lock);
-    int err = oneshot_take_locked(o, &v);
-    if (err == -EAGAIN)
-        old = rt__waker_store(&o->rx_waker, rt_context_waker(cx));
+    if (o->rx_op != NULL && o->rx_op != op) {
+        /* Another receive waits: one receiver per oneshot, and the second
+         * one is told rather than left waiting for ever. */
+        err = -EBUSY;
+    } else {
+        err = oneshot_take_locked(o, &v);
+        if (err == -EAGAIN) {
+            old = rt__waker_store(&o->rx_waker, rt_context_waker(cx));
+            o->rx_op = op;
+        } else if (o->rx_op == op) {
+            o->rx_op = NULL;
+            old = o->rx_waker;
+            o->rx_waker = rt__waker_noop();
+        }
+    }
     rt__waitq_unlock(&o->lock);
     rt__waker_drop(&old);
     if (err == -EAGAIN) {
         rt__coop_refund(); /* only completed operations spend budget */
         return RT_PENDING;
     }
+    op->o = NULL;
     if (value != NULL)
         *value = v;
     if (status != NULL)
         *status = err;
     return RT_READY;
+}
+
+RT_EXPORT void rt_oneshot_recv_drop(rt_oneshot_recv *op)
+{
+    if (op == NULL || op->o == NULL)
+        return;
+    rt_oneshot *o = op->o;
+    op->o = NULL;
+    rt_waker old = rt__waker_noop();
+    rt__waitq_lock(&o->lock);
+    if (o->rx_op == op) {
+        o->rx_op = NULL;
+        old = o->rx_waker;
+        o->rx_waker = rt__waker_noop();
+    }
+    rt__waitq_unlock(&o->lock);
+    rt__waker_drop(&old);
 }
 
 RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
@@ -161,49 +204,36 @@ RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
     return err;
 }
 
-/* ---- Receiving from a foreign thread -------------------------------------- */
-
-/* A receive poll of either kind (a oneshot, a channel): the value and the
- * status come out as rt_oneshot_recv and rt_chan_recv give them. */
-typedef rt_poll (*recv_poll_fn)(void *from, rt_context *cx, void **value, int *status);
-
-struct recv_blocking {
-    recv_poll_fn poll;
-    void *from;
+/* A receive for rt_oneshot_recv_blocking. */
+struct oneshot_recv_blocking {
+    rt_oneshot_recv op;
     void *value;
     int status;
 };
 
-static rt_poll recv_blocking_poll(void *arg, rt_context *cx)
+static rt_poll oneshot_recv_blocking_poll(void *arg, rt_context *cx)
 {
-    struct recv_blocking *b = arg;
-    return b->poll(b->from, cx, &b->value, &b->status);
+    struct oneshot_recv_blocking *b = arg;
+    return rt_oneshot_recv_poll(&b->op, cx, &b->value, &b->status);
 }
 
-/* The *_recv_blocking calls: parks the calling thread until the receive
- * completes or timeout_ns passes (rt__block_on_poll). */
-static int recv_blocking(recv_poll_fn poll, void *from, int64_t timeout_ns, void **value)
+RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
 {
-    struct recv_blocking b = {poll, from, NULL, 0};
-    int err = rt__block_on_poll(recv_blocking_poll, &b, timeout_ns);
+    if (value != NULL)
+        *value = NULL;
+    struct oneshot_recv_blocking b;
+    int err = rt_oneshot_recv_init(&b.op, o);
+    if (err < 0)
+        return err;
+    b.value = NULL;
+    b.status = 0;
+    err = rt__block_on_poll(oneshot_recv_blocking_poll, &b, timeout_ns);
+    rt_oneshot_recv_drop(&b.op); /* a no-op once it completed */
     if (err == 0)
         err = b.status;
     if (value != NULL)
         *value = b.value;
     return err;
-}
-
-/* rt_oneshot_recv as the kind of receive recv_blocking repeats. */
-static rt_poll oneshot_recv_any(void *o, rt_context *cx, void **value, int *status)
-{
-    return rt_oneshot_recv(o, cx, value, status);
-}
-
-RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
-{
-    if (o == NULL)
-        return -EINVAL;
-    return recv_blocking(oneshot_recv_any, o, timeout_ns, value);
 }
 
 RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
@@ -220,6 +250,7 @@ RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
         had = 1;
     }
     o->rx_gone = true;
+    o->rx_op = NULL;
     rt_waker old = o->rx_waker;
     o->rx_waker = rt__waker_noop();
     bool both_gone = o->tx_gone;
