@@ -6,32 +6,12 @@
 #   echo_server_test.sh PATH_TO_ECHO_SERVER
 set -euo pipefail
 server=$1
-out=$(mktemp)
-pid=""
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$out"
-}
-trap cleanup EXIT
+# shellcheck source=examples/server_test_lib.sh
+. "$(dirname "$0")/server_test_lib.sh"
+trap server_cleanup EXIT
 fail() { echo "echo_server_test: $*" >&2; exit 1; }
 
-# exec: $! is then the server itself, never a shell around it.
-(exec "$server" --port 0 --workers 2 >"$out") &
-pid=$!
-
-port=""
-for _ in $(seq 100); do # up to 10 s
-    line=$(head -n1 "$out")
-    if [[ $line =~ ^listening\ 127\.0\.0\.1:([0-9]+)$ ]]; then
-        port=${BASH_REMATCH[1]}
-        break
-    fi
-    kill -0 "$pid" 2>/dev/null || fail "the server exited before listening"
-    sleep 0.1
-done
-[ -n "$port" ] || fail "no 'listening 127.0.0.1:PORT' line within 10 s (got '$line')"
+start_server "$server" --workers 2
 
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 exec 4<>"/dev/tcp/127.0.0.1/$port"
@@ -43,14 +23,6 @@ for fd in 3 4; do
 done
 
 kill -TERM "$pid"
-for _ in $(seq 100); do # up to 10 s
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-kill -0 "$pid" 2>/dev/null && fail "the server did not exit within 10 s of SIGTERM"
-status=0
-wait "$pid" || status=$?
-pid=""
-[ "$status" -eq 0 ] || fail "the server exited with status $status after SIGTERM"
+expect_clean_exit
 exec 3>&- 4>&-
 echo "echo_server_test: ok (port $port)"

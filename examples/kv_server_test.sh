@@ -6,31 +6,12 @@
 #   kv_server_test.sh PATH_TO_KV_SERVER
 set -euo pipefail
 server=$1
-out=$(mktemp)
-pid=""
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$out"
-}
-trap cleanup EXIT
+# shellcheck source=examples/server_test_lib.sh
+. "$(dirname "$0")/server_test_lib.sh"
+trap server_cleanup EXIT
 fail() { echo "kv_server_test: $*" >&2; exit 1; }
 
-(exec "$server" --port 0 --workers 2 --idle-ms 1500 >"$out") &
-pid=$!
-
-port=""
-for _ in $(seq 100); do # up to 10 s
-    line=$(head -n1 "$out")
-    if [[ $line =~ ^listening\ 127\.0\.0\.1:([0-9]+)$ ]]; then
-        port=${BASH_REMATCH[1]}
-        break
-    fi
-    kill -0 "$pid" 2>/dev/null || fail "the server exited before listening"
-    sleep 0.1
-done
-[ -n "$port" ] || fail "no 'listening 127.0.0.1:PORT' line within 10 s (got '$line')"
+start_server "$server" --workers 2 --idle-ms 1500
 
 # ask FD COMMAND EXPECTED: sends one line, checks the one-line reply.
 ask() {
@@ -67,14 +48,6 @@ ask 6 "SET k v" "OK"
 kill -TERM "$pid"
 IFS= read -r -t 10 reply <&6 || fail "no goodbye on SIGTERM"
 [ "$reply" = "ERR server shutting down" ] || fail "stop: got '$reply'"
-for _ in $(seq 100); do # up to 10 s
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-kill -0 "$pid" 2>/dev/null && fail "the server did not exit within 10 s of SIGTERM"
-status=0
-wait "$pid" || status=$?
-pid=""
-[ "$status" -eq 0 ] || fail "the server exited with status $status after SIGTERM"
+expect_clean_exit
 exec 3>&- 4>&- 6>&-
 echo "kv_server_test: ok (port $port)"

@@ -204,36 +204,53 @@ RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
     return err;
 }
 
-/* A receive for rt_oneshot_recv_blocking. */
-struct oneshot_recv_blocking {
-    rt_oneshot_recv op;
+/* ---- Receiving from a foreign thread -------------------------------------- */
+
+/* A receive of either kind, for the *_recv_blocking calls. */
+struct recv_blocking {
+    bool oneshot; /* which member of op is in use */
+    union {
+        rt_oneshot_recv oneshot;
+        rt_chan_recv chan;
+    } op;
     void *value;
     int status;
 };
 
-static rt_poll oneshot_recv_blocking_poll(void *arg, rt_context *cx)
+static rt_poll recv_blocking_poll(void *arg, rt_context *cx)
 {
-    struct oneshot_recv_blocking *b = arg;
-    return rt_oneshot_recv_poll(&b->op, cx, &b->value, &b->status);
+    struct recv_blocking *b = arg;
+    if (b->oneshot)
+        return rt_oneshot_recv_poll(&b->op.oneshot, cx, &b->value, &b->status);
+    return rt_chan_recv_poll(&b->op.chan, cx, &b->value, &b->status);
+}
+
+/* Parks the calling thread on the receive in *b, initialised by the caller,
+ * until it completes or timeout_ns passes (rt__block_on_poll). */
+static int recv_blocking(struct recv_blocking *b, int64_t timeout_ns, void **value)
+{
+    b->value = NULL;
+    b->status = 0;
+    int err = rt__block_on_poll(recv_blocking_poll, b, timeout_ns);
+    /* A no-op once it completed; after a timeout it leaves the queue. */
+    if (b->oneshot)
+        rt_oneshot_recv_drop(&b->op.oneshot);
+    else
+        rt_chan_recv_drop(&b->op.chan);
+    if (err == 0)
+        err = b->status;
+    if (value != NULL)
+        *value = b->value;
+    return err;
 }
 
 RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
         *value = NULL;
-    struct oneshot_recv_blocking b;
-    int err = rt_oneshot_recv_init(&b.op, o);
-    if (err < 0)
-        return err;
-    b.value = NULL;
-    b.status = 0;
-    err = rt__block_on_poll(oneshot_recv_blocking_poll, &b, timeout_ns);
-    rt_oneshot_recv_drop(&b.op); /* a no-op once it completed */
-    if (err == 0)
-        err = b.status;
-    if (value != NULL)
-        *value = b.value;
-    return err;
+    struct recv_blocking b = {.oneshot = true};
+    int err = rt_oneshot_recv_init(&b.op.oneshot, o);
+    return err < 0 ? err : recv_blocking(&b, timeout_ns, value);
 }
 
 RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
@@ -758,36 +775,13 @@ RT_EXPORT void rt_chan_recv_drop(rt_chan_recv *op)
     rt__waker_wake(&wake);
 }
 
-/* A receive for rt_chan_recv_blocking. */
-struct chan_recv_blocking {
-    rt_chan_recv op;
-    void *value;
-    int status;
-};
-
-static rt_poll chan_recv_blocking_poll(void *arg, rt_context *cx)
-{
-    struct chan_recv_blocking *b = arg;
-    return rt_chan_recv_poll(&b->op, cx, &b->value, &b->status);
-}
-
 RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
         *value = NULL;
-    struct chan_recv_blocking b;
-    int err = rt_chan_recv_init(&b.op, ch);
-    if (err < 0)
-        return err;
-    b.value = NULL;
-    b.status = 0;
-    err = rt__block_on_poll(chan_recv_blocking_poll, &b, timeout_ns);
-    rt_chan_recv_drop(&b.op); /* a no-op once it completed */
-    if (err == 0)
-        err = b.status;
-    if (value != NULL)
-        *value = b.value;
-    return err;
+    struct recv_blocking b = {.oneshot = false};
+    int err = rt_chan_recv_init(&b.op.chan, ch);
+    return err < 0 ? err : recv_blocking(&b, timeout_ns, value);
 }
 
 RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)
