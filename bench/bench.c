@@ -71,6 +71,7 @@ struct params {
     uint64_t chain;          /* chained_spawn: D tasks in the chain */
     uint64_t fib_n;          /* fork_join: fib(n) */
     uint64_t timers_n;       /* timers: N sleeping tasks */
+    uint64_t select_tasks;   /* select: T tasks (T/2 pairs, R round trips each) */
     uint64_t tcp_conns;      /* tcp_echo: C connections */
     uint64_t tcp_msgs;       /* tcp_echo: M round trips per connection */
     uint64_t tcp_size;       /* tcp_echo: bytes per message */
@@ -193,7 +194,7 @@ static void task_latch_count_down(struct task_latch *l, uint64_t k)
     }
 }
 
-/* Poll-style wait for RT_AWAIT. The waker it relies on was registered by
+/* Poll-style wait for RT_AWAIT_POLL. The waker it relies on was registered by
  * task_latch_init, once for all polls (this waiter is woken by nothing else). */
 static rt_poll task_latch_poll(struct task_latch *l)
 {
@@ -311,7 +312,7 @@ static rt_poll spawn_local_root_poll(void *state, rt_context *cx, void **out)
         }
         r->result->tasks_spawned += spawned;
     }
-    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
     r->result->elapsed_ns = now_ns() - r->t0;
     RT_CORO_END(&r->co, out);
 }
@@ -432,7 +433,7 @@ static rt_poll yield_many_root_poll(void *state, rt_context *cx, void **out)
         }
         r->result->tasks_spawned += spawned;
     }
-    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
     r->result->elapsed_ns = now_ns() - r->t0;
     *r->yields_seen = atomic_load_explicit(&r->total_yields, memory_order_relaxed);
     RT_CORO_END(&r->co, out);
@@ -475,8 +476,8 @@ struct pinger {
 static void pinger_drop(void *state)
 {
     struct pinger *p = state;
-    rt_chan_send_drop(&p->send);
-    rt_chan_recv_drop(&p->recv);
+    RT_DROP(&p->send);
+    RT_DROP(&p->recv);
     rt_chan_sender_drop(p->out);
     rt_chan_receiver_drop(p->in, NULL, NULL);
 }
@@ -484,19 +485,17 @@ static void pinger_drop(void *state)
 static rt_poll pinger_poll(void *state, rt_context *cx, void **out)
 {
     struct pinger *p = state;
-    void *v;
-    int status;
     RT_CORO_BEGIN(&p->co);
     for (p->round = 0; p->round < p->rounds; p->round++) {
         rt_chan_send_init(&p->send, p->out, (void *)p->token);
-        RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
-        if (status != 0)
-            fail("ping_pong: pinger send: %s", rt_strerror(status));
+        RT_AWAIT(&p->co, cx, &p->send);
+        if (p->send.result != 0)
+            fail("ping_pong: pinger send: %s", rt_strerror((int)p->send.result));
         rt_chan_recv_init(&p->recv, p->in);
-        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &v, &status));
-        if (status != 0)
-            fail("ping_pong: pinger recv: %s", rt_strerror(status));
-        p->token = (uintptr_t)v;
+        RT_AWAIT(&p->co, cx, &p->recv);
+        if (p->recv.result != 0)
+            fail("ping_pong: pinger recv: %s", rt_strerror((int)p->recv.result));
+        p->token = (uintptr_t)p->recv.value;
     }
     if (p->token != p->rounds)
         fail("ping_pong: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
@@ -519,8 +518,8 @@ struct ponger {
 static void ponger_drop(void *state)
 {
     struct ponger *p = state;
-    rt_chan_send_drop(&p->send);
-    rt_chan_recv_drop(&p->recv);
+    RT_DROP(&p->send);
+    RT_DROP(&p->recv);
     rt_chan_sender_drop(p->out);
     rt_chan_receiver_drop(p->in, NULL, NULL);
 }
@@ -528,19 +527,17 @@ static void ponger_drop(void *state)
 static rt_poll ponger_poll(void *state, rt_context *cx, void **out)
 {
     struct ponger *p = state;
-    void *v;
-    int status;
     RT_CORO_BEGIN(&p->co);
     for (p->round = 0; p->round < p->rounds; p->round++) {
         rt_chan_recv_init(&p->recv, p->in);
-        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &v, &status));
-        if (status != 0)
-            fail("ping_pong: ponger recv: %s", rt_strerror(status));
-        p->token = (uintptr_t)v + 1;
+        RT_AWAIT(&p->co, cx, &p->recv);
+        if (p->recv.result != 0)
+            fail("ping_pong: ponger recv: %s", rt_strerror((int)p->recv.result));
+        p->token = (uintptr_t)p->recv.value + 1;
         rt_chan_send_init(&p->send, p->out, (void *)p->token);
-        RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
-        if (status != 0)
-            fail("ping_pong: ponger send: %s", rt_strerror(status));
+        RT_AWAIT(&p->co, cx, &p->send);
+        if (p->send.result != 0)
+            fail("ping_pong: ponger send: %s", rt_strerror((int)p->send.result));
     }
     task_latch_count_down(p->latch, 1);
     RT_CORO_END(&p->co, out);
@@ -580,7 +577,7 @@ static rt_poll ping_pong_root_poll(void *state, rt_context *cx, void **out)
         }
         r->result->tasks_spawned += spawned;
     }
-    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
     r->result->elapsed_ns = now_ns() - r->t0;
     RT_CORO_END(&r->co, out);
 }
@@ -593,6 +590,113 @@ static struct rep_result run_ping_pong(rt_runtime *rt, const struct params *p)
     if (res.tasks_spawned != 2 * p->pairs + 1)
         fail("ping_pong: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
              2 * p->pairs);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* select: T tasks in T/2 pairs pass a token as in ping_pong, but every      */
+/* receive is a select over the channel and a 1 s sleep that never fires,   */
+/* so each one arms a timer and cancels it. One op: one select.             */
+/* ------------------------------------------------------------------------ */
+
+struct selector {
+    rt_coro co;
+    rt_chan *out; /* sender of this task's outgoing channel */
+    rt_chan *in;  /* receiver of its incoming one */
+    uint64_t rounds;
+    uint64_t round;
+    uintptr_t token;
+    bool serves; /* sends first (the pinger), else receives first */
+    rt_chan_send send;
+    rt_chan_recv recv;
+    rt_sleep limit;
+    rt_select sel;
+    struct task_latch *latch;
+};
+
+static void selector_drop(void *state)
+{
+    struct selector *p = state;
+    rt_coro_cleanup(&p->co);
+    rt_chan_sender_drop(p->out);
+    rt_chan_receiver_drop(p->in, NULL, NULL);
+}
+
+static rt_poll selector_poll(void *state, rt_context *cx, void **out)
+{
+    struct selector *p = state;
+    RT_CORO_BEGIN(&p->co);
+    for (p->round = 0; p->round < p->rounds; p->round++) {
+        if (p->serves) {
+            rt_chan_send_init(&p->send, p->out, (void *)p->token);
+            RT_AWAIT(&p->co, cx, &p->send);
+            if (p->send.result != 0)
+                fail("select: send: %s", rt_strerror((int)p->send.result));
+        }
+        rt_chan_recv_init(&p->recv, p->in);
+        rt_sleep_init(&p->limit, NULL, RT_SEC(1));
+        rt_select_init(&p->sel, RT_FUTURES(&p->recv.future, &p->limit.future));
+        RT_AWAIT(&p->co, cx, &p->sel);
+        if (p->sel.index != 0 || p->recv.result != 0)
+            fail("select: the receive lost: arm %zu, %s", p->sel.index,
+                 rt_strerror((int)p->sel.result));
+        p->token = (uintptr_t)p->recv.value;
+        if (!p->serves) {
+            rt_chan_send_init(&p->send, p->out, (void *)(p->token + 1));
+            RT_AWAIT(&p->co, cx, &p->send);
+            if (p->send.result != 0)
+                fail("select: send: %s", rt_strerror((int)p->send.result));
+        }
+    }
+    if (p->serves && p->token != p->rounds)
+        fail("select: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
+    task_latch_count_down(p->latch, 1);
+    RT_CORO_END(&p->co, out);
+}
+
+struct select_root {
+    rt_coro co;
+    uint64_t pairs;
+    uint64_t rounds;
+    uint64_t t0;
+    struct rep_result *result;
+    struct task_latch latch;
+};
+
+static rt_poll select_root_poll(void *state, rt_context *cx, void **out)
+{
+    struct select_root *r = state;
+    RT_CORO_BEGIN(&r->co);
+    task_latch_init(&r->latch, 2 * r->pairs, cx);
+    r->t0 = now_ns();
+    for (uint64_t i = 0; i < r->pairs; i++) {
+        rt_chan *ab, *ba;
+        if (rt_chan_new(1, &ab) < 0 || rt_chan_new(1, &ba) < 0)
+            fail("select: rt_chan_new failed");
+        struct selector a = {
+            .out = ab, .in = ba, .rounds = r->rounds, .serves = true, .latch = &r->latch};
+        struct selector b = {.out = ba, .in = ab, .rounds = r->rounds, .latch = &r->latch};
+        int err = RT_SPAWN(NULL, selector_poll, selector_drop, &a, NULL);
+        if (err < 0)
+            task_failed("select: rt_spawn", err);
+        err = RT_SPAWN(NULL, selector_poll, selector_drop, &b, NULL);
+        if (err < 0)
+            task_failed("select: rt_spawn", err);
+        r->result->tasks_spawned += 2;
+    }
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
+    r->result->elapsed_ns = now_ns() - r->t0;
+    RT_CORO_END(&r->co, out);
+}
+
+static struct rep_result run_select(rt_runtime *rt, const struct params *p)
+{
+    struct rep_result res = {.tasks_spawned = 1};
+    struct select_root root = {.pairs = p->select_tasks / 2, .rounds = p->rounds, .result = &res};
+    block_on(rt, "select", select_root_poll, NULL, &root, sizeof root);
+    if (res.tasks_spawned != 2 * root.pairs + 1)
+        fail("select: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+             2 * root.pairs);
     return res;
 }
 
@@ -646,7 +750,7 @@ static rt_poll chained_spawn_root_poll(void *state, rt_context *cx, void **out)
             task_latch_count_down(&r->latch, 1);
         }
     }
-    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
     r->result->elapsed_ns = now_ns() - r->t0;
     RT_CORO_END(&r->co, out);
 }
@@ -670,22 +774,30 @@ static struct rep_result run_chained_spawn(rt_runtime *rt, const struct params *
 #define FIB_VALUE(p) ((uint64_t)(uintptr_t)(p))
 #define FIB_RESULT(v) ((void *)(uintptr_t)(v))
 
+/* A hand-written state machine rather than a coroutine, with one join
+ * operation awaiting the left child and then the right one: the state then
+ * fits the 64 bytes that keep a task in one cached block (an rt_coro and two
+ * joins would not), and fork_join spawns millions of these. */
 struct fib_task {
-    rt_coro co;
-    uint64_t n;
-    rt_task *left, *right; /* join handles while held; NULL once joined */
-    void *left_value, *right_value;
-    int left_status, right_status;
+    rt_task_join join; /* the child awaited: the left one, then the right one */
+    rt_task *right;    /* the right child's handle until the join takes it over */
+    uint64_t n;        /* the argument; then the left child's value */
+    int left_status;   /* the left join's result */
+    unsigned stage;    /* 0: not started; 1: joining left; 2: joining right */
 };
+
+_Static_assert(sizeof(struct fib_task) <= 64, "fork_join: a fib task fits a cached block");
 
 static rt_poll fib_task_poll(void *state, rt_context *cx, void **out);
 
-/* Runs only if the task is dropped while it still holds a handle (the runtime
- * shut down under it): the children then run on, detached. */
+/* Releases a handle still held (the runtime shut down under the task): the
+ * join dropped unfinished detaches its child, and the right child's handle
+ * is detached if the join had not taken it over yet. The children then run
+ * on, detached. After a completed task both are no-ops. */
 static void fib_task_drop(void *state)
 {
     struct fib_task *f = state;
-    rt_task_detach(f->left);
+    RT_DROP(&f->join);
     rt_task_detach(f->right);
 }
 
@@ -698,29 +810,41 @@ static int spawn_fib(uint64_t n, rt_task **handle)
 static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
 {
     struct fib_task *f = state;
-    RT_CORO_BEGIN(&f->co);
-    if (f->n < 2)
-        RT_RETURN(&f->co, out, FIB_RESULT(f->n));
-
-    {
-        int err = spawn_fib(f->n - 1, &f->left);
+    if (f->stage == 0) { /* the first poll: spawn both children */
+        if (f->n < 2) {
+            *out = FIB_RESULT(f->n);
+            return RT_READY;
+        }
+        rt_task *left = NULL;
+        int err = spawn_fib(f->n - 1, &left);
         if (err == 0)
             err = spawn_fib(f->n - 2, &f->right);
         if (err < 0) {
             task_failed("fork_join: rt_spawn", err);
-            rt_task_detach(f->left); /* NULL-safe; a wrong sum reports it too */
-            f->left = NULL;
-            RT_RETURN(&f->co, out, FIB_RESULT(0));
+            rt_task_detach(left); /* NULL-safe; a wrong sum reports it too */
+            *out = FIB_RESULT(0);
+            return RT_READY;
         }
+        rt_task_join_init(&f->join, left);
+        f->stage = 1;
     }
-    RT_AWAIT(&f->co, rt_task_join(f->left, cx, &f->left_value, &f->left_status));
-    f->left = NULL; /* the join released it */
-    RT_AWAIT(&f->co, rt_task_join(f->right, cx, &f->right_value, &f->right_status));
-    f->right = NULL;
-    if (f->left_status != 0 || f->right_status != 0)
-        task_failed("fork_join: rt_task_join", f->left_status ? f->left_status : f->right_status);
-    RT_RETURN(&f->co, out, FIB_RESULT(FIB_VALUE(f->left_value) + FIB_VALUE(f->right_value)));
-    RT_CORO_END(&f->co, out);
+    if (f->stage == 1) { /* joining the left child */
+        if (RT_POLL(&f->join, cx) == RT_PENDING)
+            return RT_PENDING;
+        f->left_status = (int)f->join.result;
+        f->n = FIB_VALUE(f->join.value);
+        rt_task_join_init(&f->join, f->right); /* takes over the handle */
+        f->right = NULL;
+        f->stage = 2;
+    }
+    /* Joining the right child. */
+    if (RT_POLL(&f->join, cx) == RT_PENDING)
+        return RT_PENDING;
+    if (f->left_status != 0 || f->join.result != 0)
+        task_failed("fork_join: rt_task_join",
+                    f->left_status ? f->left_status : (int)f->join.result);
+    *out = FIB_RESULT(f->n + FIB_VALUE(f->join.value));
+    return RT_READY;
 }
 
 /* Spawns the root call fib(n) as a task (it counts among the 2*fib(n+1)-1
@@ -729,9 +853,7 @@ struct fork_join_root {
     rt_coro co;
     uint64_t n;
     uint64_t t0;
-    rt_task *fib_root;
-    void *value;
-    int status;
+    rt_task_join join;   /* owns the root call's handle */
     uint64_t *fib_value; /* the main thread's */
     struct rep_result *result;
 };
@@ -739,7 +861,7 @@ struct fork_join_root {
 static void fork_join_root_drop(void *state)
 {
     struct fork_join_root *r = state;
-    rt_task_detach(r->fib_root); /* NULL once joined */
+    RT_DROP(&r->join); /* detaches the handle if not joined */
 }
 
 static rt_poll fork_join_root_poll(void *state, rt_context *cx, void **out)
@@ -748,18 +870,19 @@ static rt_poll fork_join_root_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&r->co);
     r->t0 = now_ns();
     {
-        int err = spawn_fib(r->n, &r->fib_root);
+        rt_task *handle;
+        int err = spawn_fib(r->n, &handle);
         if (err < 0) {
             task_failed("fork_join: rt_spawn", err);
             RT_RETURN(&r->co, out, NULL);
         }
+        rt_task_join_init(&r->join, handle);
     }
-    RT_AWAIT(&r->co, rt_task_join(r->fib_root, cx, &r->value, &r->status));
-    r->fib_root = NULL;
+    RT_AWAIT(&r->co, cx, &r->join);
     r->result->elapsed_ns = now_ns() - r->t0;
-    if (r->status != 0)
-        task_failed("fork_join: rt_task_join", r->status);
-    *r->fib_value = FIB_VALUE(r->value);
+    if (r->join.result != 0)
+        task_failed("fork_join: rt_task_join", (int)r->join.result);
+    *r->fib_value = FIB_VALUE(r->join.value);
     RT_CORO_END(&r->co, out);
 }
 
@@ -787,47 +910,50 @@ static struct rep_result run_fork_join(rt_runtime *rt, const struct params *p)
 /* completes. Time: from the first spawn until all N have finished.          */
 /* ------------------------------------------------------------------------ */
 
-/* Fits the 64 bytes of a cached task block. */
+/* Fits the 64 bytes of a cached task block: a hand-written poll, since an
+ * rt_coro beside the sleep would not fit. */
 struct sleeper {
-    rt_coro co;
-    uint32_t index;
-    bool armed; /* the sleep was initialised: the drop releases it */
-    int err;
-    rt_sleep sleep;
+    rt_sleep sleep;   /* zeroed until the first poll initialises it */
     int64_t *late_ns; /* the main thread's array of N */
     struct task_latch *latch;
+    uint32_t index;
+    bool started; /* the sleep was initialised */
 };
 
+_Static_assert(sizeof(struct sleeper) <= 64, "timers: a sleeper fits a cached block");
+
 /* The one place the sleep's timer is released, whether the task completed
- * or was cancelled in the middle of its sleep. */
+ * (a no-op then) or was cancelled in the middle of its sleep (a zeroed sleep
+ * too is fine to drop). */
 static void sleeper_drop(void *state)
 {
     struct sleeper *s = state;
-    if (s->armed)
-        rt_sleep_drop(&s->sleep);
+    RT_DROP(&s->sleep);
 }
 
 static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
 {
     struct sleeper *s = state;
-    RT_CORO_BEGIN(&s->co);
-    {
+    if (!s->started) {
         int64_t ms = 1 + (int64_t)((uint64_t)s->index * 7919 % 50);
         int err = rt_sleep_init(&s->sleep, NULL, ms * 1000000);
         if (err < 0) {
             task_failed("timers: rt_sleep_init", err);
             task_latch_count_down(s->latch, 1);
-            RT_RETURN(&s->co, out, NULL);
+            *out = NULL;
+            return RT_READY;
         }
-        s->armed = true;
+        s->started = true;
     }
-    RT_AWAIT(&s->co, rt_sleep_poll(&s->sleep, cx, &s->err));
+    if (RT_POLL(&s->sleep, cx) == RT_PENDING)
+        return RT_PENDING;
     /* Written before the count-down, whose release publishes it. */
     s->late_ns[s->index] = rt_now_ns() - s->sleep.deadline_ns;
-    if (s->err < 0)
-        task_failed("timers: rt_sleep_poll", s->err);
+    if (s->sleep.result < 0)
+        task_failed("timers: rt_sleep", (int)s->sleep.result);
     task_latch_count_down(s->latch, 1);
-    RT_CORO_END(&s->co, out);
+    *out = NULL;
+    return RT_READY;
 }
 
 struct timers_root {
@@ -860,7 +986,7 @@ static rt_poll timers_root_poll(void *state, rt_context *cx, void **out)
         }
         r->result->tasks_spawned += spawned;
     }
-    RT_AWAIT(&r->co, task_latch_poll(&r->latch));
+    RT_AWAIT_POLL(&r->co, task_latch_poll(&r->latch));
     r->result->elapsed_ns = now_ns() - r->t0;
     RT_CORO_END(&r->co, out);
 }
@@ -926,15 +1052,16 @@ static bool g_echo_strict;
 struct echo_conn {
     rt_coro co;
     rt_io *io;
-    ssize_t got;     /* last read: bytes, 0 at end of stream, or -errno */
-    size_t progress; /* rt_io_write_all's bookmark */
-    ssize_t written; /* its result */
+    rt_io_read rd;      /* result: bytes, 0 at end of stream, or -errno */
+    rt_io_write_all wr; /* writes them back; keeps its progress across polls */
+    int64_t end;        /* what ended the connection: 0, or -errno */
     unsigned char buf[4096];
 };
 
 static void echo_conn_drop(void *state)
 {
     struct echo_conn *c = state;
+    rt_coro_cleanup(&c->co); /* the read or write in flight, if any */
     rt_io_close(c->io);
     thread_latch_count_down(&g_server_latch, 1);
 }
@@ -944,19 +1071,21 @@ static rt_poll echo_conn_poll(void *state, rt_context *cx, void **out)
     struct echo_conn *c = state;
     RT_CORO_BEGIN(&c->co);
     for (;;) {
-        RT_AWAIT(&c->co, rt_io_read(c->io, cx, c->buf, sizeof c->buf, &c->got));
-        if (c->got <= 0)
+        rt_io_read_init(&c->rd, c->io, c->buf, sizeof c->buf);
+        RT_AWAIT(&c->co, cx, &c->rd);
+        if (c->rd.result <= 0) {
+            c->end = c->rd.result;
             break;
-        c->progress = 0;
-        RT_AWAIT(&c->co,
-                 rt_io_write_all(c->io, cx, c->buf, (size_t)c->got, &c->progress, &c->written));
-        if (c->written < 0) {
-            c->got = c->written;
+        }
+        rt_io_write_all_init(&c->wr, c->io, c->buf, (size_t)c->rd.result);
+        RT_AWAIT(&c->co, cx, &c->wr);
+        if (c->wr.result < 0) {
+            c->end = c->wr.result;
             break;
         }
     }
-    if (c->got < 0 && g_echo_strict)
-        task_failed("tcp_echo: connection", (int)c->got);
+    if (c->end < 0 && g_echo_strict)
+        task_failed("tcp_echo: connection", (int)c->end);
     RT_CORO_END(&c->co, out);
 }
 
@@ -964,30 +1093,20 @@ struct echo_acceptor {
     rt_coro co;
     rt_io *listener;
     rt_io *stop; /* read end of a pipe: anything readable (end of stream) stops */
-    bool stopping;
     char stop_byte;
-    ssize_t stop_read;
-    rt_io *conn; /* the connection just accepted */
-    int err;
+    rt_io_read stop_read; /* arm 0: the stop pipe */
+    rt_tcp_accept accept; /* arm 1: the next connection */
+    rt_select accept_or_stop;
     uint64_t *conns_spawned; /* the caller's count; written by this task only */
 };
 
 static void echo_acceptor_drop(void *state)
 {
     struct echo_acceptor *a = state;
+    rt_coro_cleanup(&a->co); /* the select in flight, and both its arms */
     rt_io_close(a->listener);
     rt_io_close(a->stop);
     thread_latch_count_down(&g_server_latch, 1);
-}
-
-/* RT_READY when asked to stop (a->stopping) or when accept has a result. */
-static rt_poll echo_accept_or_stop(struct echo_acceptor *a, rt_context *cx)
-{
-    if (rt_io_read(a->stop, cx, &a->stop_byte, 1, &a->stop_read) == RT_READY) {
-        a->stopping = true;
-        return RT_READY;
-    }
-    return rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err);
 }
 
 static rt_poll echo_acceptor_poll(void *state, rt_context *cx, void **out)
@@ -995,25 +1114,30 @@ static rt_poll echo_acceptor_poll(void *state, rt_context *cx, void **out)
     struct echo_acceptor *a = state;
     RT_CORO_BEGIN(&a->co);
     for (;;) {
-        RT_AWAIT(&a->co, echo_accept_or_stop(a, cx));
-        if (a->stopping) {
-            if (a->stop_read < 0)
-                task_failed("tcp_echo: reading the stop pipe", (int)a->stop_read);
+        /* Ready when asked to stop (the stop pipe, polled first, wins) or
+         * when the accept has a result; the other arm is then dropped. */
+        rt_io_read_init(&a->stop_read, a->stop, &a->stop_byte, 1);
+        rt_tcp_accept_init(&a->accept, a->listener);
+        rt_select_init(&a->accept_or_stop, RT_FUTURES(&a->stop_read.future, &a->accept.future));
+        RT_AWAIT(&a->co, cx, &a->accept_or_stop);
+        if (a->accept_or_stop.index != 1) {
+            if (a->accept_or_stop.result < 0)
+                task_failed("tcp_echo: reading the stop pipe", (int)a->accept_or_stop.result);
             break;
         }
-        if (a->err < 0) {
-            task_failed("tcp_echo: rt_tcp_accept", a->err);
+        if (a->accept.result < 0) {
+            task_failed("tcp_echo: rt_tcp_accept", (int)a->accept.result);
             break; /* the client then fails too, and says so */
         }
-        int err = rt_tcp_set_nodelay(a->conn, true);
+        int err = rt_tcp_set_nodelay(a->accept.conn, true);
         if (err < 0)
             task_failed("tcp_echo: rt_tcp_set_nodelay", err);
         thread_latch_add(&g_server_latch, 1);
-        struct echo_conn c = {.io = a->conn};
+        struct echo_conn c = {.io = a->accept.conn};
         err = RT_SPAWN(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
         if (err < 0) {
             task_failed("tcp_echo: rt_spawn", err);
-            rt_io_close(a->conn);
+            rt_io_close(a->accept.conn);
             thread_latch_count_down(&g_server_latch, 1); /* never zero: we hold one */
             continue;
         }
@@ -1245,6 +1369,11 @@ static uint64_t ops_ping_pong(const struct params *p)
     return p->pairs * p->rounds;
 }
 
+static uint64_t ops_select(const struct params *p)
+{
+    return p->select_tasks / 2 * 2 * p->rounds;
+}
+
 /* In their documented order, which is also the order they run in. */
 static const struct workload WORKLOADS[] = {
     {"spawn_local", run_spawn_local, ops_spawn},
@@ -1255,6 +1384,7 @@ static const struct workload WORKLOADS[] = {
     {"fork_join", run_fork_join, ops_fork_join},
     {"timers", run_timers, ops_timers},
     {"tcp_echo", run_tcp_echo, ops_tcp_echo},
+    {"select", run_select, ops_select},
 };
 #define N_WORKLOADS (sizeof WORKLOADS / sizeof WORKLOADS[0])
 
@@ -1400,10 +1530,11 @@ static const char USAGE[] =
     "  --yield-tasks T        yield_many: tasks (default 1000)\n"
     "  --yields Y             yield_many: yields per task (default 1000)\n"
     "  --pairs P              ping_pong: pairs of tasks (default 1000)\n"
-    "  --rounds R             ping_pong: round trips per pair (default 100)\n"
+    "  --rounds R             ping_pong, select: round trips per pair (default 100)\n"
     "  --chain D              chained_spawn: chain length (default 100000)\n"
     "  --fib N                fork_join: fib(N) (default 27)\n"
     "  --timers-n N           timers: sleeping tasks (default 100000)\n"
+    "  --select-tasks T       select: tasks, in pairs (default 1000)\n"
     "  --tcp-conns C          tcp_echo: connections (default 64)\n"
     "  --tcp-msgs M           tcp_echo: round trips per connection (default 10000)\n"
     "  --tcp-size S           tcp_echo: bytes per message (default 64)\n"
@@ -1504,6 +1635,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_CHAIN,
         OPT_FIB,
         OPT_TIMERS_N,
+        OPT_SELECT_TASKS,
         OPT_TCP_CONNS,
         OPT_TCP_MSGS,
         OPT_TCP_SIZE,
@@ -1527,6 +1659,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"chain", required_argument, NULL, OPT_CHAIN},
         {"fib", required_argument, NULL, OPT_FIB},
         {"timers-n", required_argument, NULL, OPT_TIMERS_N},
+        {"select-tasks", required_argument, NULL, OPT_SELECT_TASKS},
         {"tcp-conns", required_argument, NULL, OPT_TCP_CONNS},
         {"tcp-msgs", required_argument, NULL, OPT_TCP_MSGS},
         {"tcp-size", required_argument, NULL, OPT_TCP_SIZE},
@@ -1553,6 +1686,7 @@ static void parse_args(int argc, char **argv, struct options *o)
                    .chain = 100000,
                    .fib_n = 27,
                    .timers_n = 100000,
+                   .select_tasks = 1000,
                    .tcp_conns = 64,
                    .tcp_msgs = 10000,
                    .tcp_size = 64},
@@ -1600,6 +1734,9 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_TIMERS_N:
             o->params.timers_n = parse_count("--timers-n", optarg, 1, 1u << 24);
+            break;
+        case OPT_SELECT_TASKS:
+            o->params.select_tasks = parse_count("--select-tasks", optarg, 2, 1u << 24);
             break;
         case OPT_TCP_CONNS:
             o->params.tcp_conns = parse_count("--tcp-conns", optarg, 1, 10000);

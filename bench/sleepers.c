@@ -35,20 +35,19 @@ static atomic_bool early;    /* a sleep finished before its deadline */
 
 static void sleeper_drop(void *state)
 {
-    rt_sleep_drop(&((struct sleeper *)state)->nap);
+    RT_DROP(&((struct sleeper *)state)->nap);
 }
 
 static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
 {
     struct sleeper *s = state;
-    int err = 0;
     RT_CORO_BEGIN(&s->co);
-    if (rt_sleep_poll(&s->nap, cx, &err) == RT_PENDING) {
+    if (RT_POLL(&s->nap, cx) == RT_PENDING) {
         atomic_fetch_add(&asleep, 1);
-        RT_AWAIT(&s->co, rt_sleep_poll(&s->nap, cx, &err));
+        RT_AWAIT(&s->co, cx, &s->nap);
     }
-    if (err != 0) {
-        fprintf(stderr, "sleep failed: %s\n", rt_strerror(err));
+    if (s->nap.result != 0) {
+        fprintf(stderr, "sleep failed: %s\n", rt_strerror((int)s->nap.result));
         exit(1);
     }
     int64_t late = rt_now_ns() - s->nap.deadline_ns;

@@ -150,10 +150,6 @@ static uint32_t get32(const uint8_t *p)
     return v;
 }
 
-/* Drops an operation and zeroes it, so that a task's drop function may drop it
- * again whatever state its poll left it in (a zeroed operation is a no-op). */
-#define END(drop, op) (drop(op), memset((op), 0, sizeof *(op)))
-
 /* Arms *s for up to max_ms - 1 ms, one time in `odds`: the occasional nap. */
 static bool maybe_nap(rt_sleep *s, uint64_t *rng, uint64_t odds, uint64_t max_ms)
 {
@@ -163,73 +159,74 @@ static bool maybe_nap(rt_sleep *s, uint64_t *rng, uint64_t odds, uint64_t max_ms
 
 /* ---- Futures shared by both sides ----------------------------------------- */
 
-/* Reads exactly `want` bytes; a poll function, so that rt_timeout_poll can
- * wrap it. result: want, 0 at an early end of stream, or -errno. */
+/* Reads exactly `want` bytes: an operation of its own, so that an rt_timeout
+ * can wrap it. result: want, 0 at an early end of stream, or -errno. */
 struct reader {
+    RT_FUTURE_HEADER;
+    rt_io_read rd; /* the read in progress */
     rt_io *io;
     uint8_t *buf;
     size_t want, got;
-    ssize_t result;
 };
 
-static rt_poll reader_poll(void *state, rt_context *cx, void **out)
+static rt_poll reader_poll(rt_future *f, rt_context *cx)
 {
-    struct reader *r = state;
-    (void)out;
+    struct reader *r = (struct reader *)f;
     while (r->got < r->want) {
-        ssize_t n;
-        if (rt_io_read(r->io, cx, r->buf + r->got, r->want - r->got, &n) == RT_PENDING)
+        rt_io_read_init(&r->rd, r->io, r->buf + r->got, r->want - r->got);
+        if (RT_POLL(&r->rd, cx) == RT_PENDING)
             return RT_PENDING;
-        if (n <= 0) {
-            r->result = n;
-            return RT_READY;
-        }
-        r->got += (size_t)n;
+        if (r->rd.result <= 0)
+            return rt_future_finish(f, r->rd.result);
+        r->got += (size_t)r->rd.result;
     }
-    r->result = (ssize_t)r->got;
-    return RT_READY;
+    return rt_future_finish(f, (int64_t)r->got);
+}
+
+static void reader_drop(rt_future *f)
+{
+    RT_DROP(&((struct reader *)f)->rd); /* gives back the waker it left in the rt_io */
+}
+
+static const rt_future_vtable reader_vtable = {reader_poll, reader_drop};
+
+static void reader_init(struct reader *r, rt_io *io, uint8_t *buf, size_t want)
+{
+    *r = (struct reader){.future.vtable = &reader_vtable, .io = io, .buf = buf, .want = want};
 }
 
 /* Joins a task, aborting it first if it still runs when the deadline passes:
- * how drivers abort clients, and the acceptor server tasks, mid-exchange. */
+ * how drivers abort clients, and the acceptor server tasks, mid-exchange. The
+ * deadline is a sleep beside the join rather than an rt_timeout around it,
+ * since a timeout would drop the join, detaching the child instead of
+ * aborting it and seeing it end. */
 struct guard {
-    rt_task *child;
-    rt_timeout limit;
+    rt_task_join join; /* owns the child's handle; result 0, or -ECANCELED when aborted */
+    rt_sleep limit;    /* when to abort it */
     bool limited;
-    int status;               /* the child's: 0, or -ECANCELED when aborted */
     _Atomic uint64_t *aborts; /* counts the children that were cancelled */
 };
 
 static void guard_init(struct guard *gd, rt_task *child, int64_t abort_after_ns,
                        _Atomic uint64_t *aborts)
 {
-    *gd = (struct guard){.child = child, .aborts = aborts};
-    gd->limited = abort_after_ns >= 0 && rt_timeout_init(&gd->limit, NULL, abort_after_ns) == 0;
-}
-
-static rt_poll guard_join(void *state, rt_context *cx, void **out)
-{
-    struct guard *gd = state;
-    if (rt_task_join(gd->child, cx, out, &gd->status) == RT_PENDING)
-        return RT_PENDING;
-    gd->child = NULL;
-    return RT_READY;
+    *gd = (struct guard){.aborts = aborts};
+    rt_task_join_init(&gd->join, child);
+    gd->limited = abort_after_ns >= 0 && rt_sleep_init(&gd->limit, NULL, abort_after_ns) == 0;
 }
 
 static rt_poll guard_poll(void *state, rt_context *cx, void **out)
 {
     struct guard *gd = state;
-    if (gd->limited) {
-        if (rt_timeout_poll(&gd->limit, cx, guard_join, gd, out, NULL) == RT_PENDING)
+    while (RT_POLL(&gd->join, cx) == RT_PENDING) {
+        if (!gd->limited || RT_POLL(&gd->limit, cx) == RT_PENDING)
             return RT_PENDING;
-        END(rt_timeout_drop, &gd->limit);
         gd->limited = false;
-        if (gd->child != NULL)
-            rt_task_abort(gd->child); /* too slow: cancel it wherever it is */
+        rt_task_abort(gd->join.task); /* too slow: cancel it wherever it is */
     }
-    if (gd->child != NULL && guard_join(gd, cx, out) == RT_PENDING)
-        return RT_PENDING;
-    if (gd->status == -ECANCELED)
+    RT_DROP(&gd->limit); /* the child ended in time: cancel the timer */
+    gd->limited = false;
+    if (gd->join.result == -ECANCELED)
         ++*gd->aborts;
     *out = NULL;
     return RT_READY;
@@ -238,11 +235,9 @@ static rt_poll guard_poll(void *state, rt_context *cx, void **out)
 static void guard_drop(void *state)
 {
     struct guard *gd = state;
-    END(rt_timeout_drop, &gd->limit);
-    if (gd->child != NULL) {
-        rt_task_abort(gd->child);
-        rt_task_detach(gd->child);
-    }
+    RT_DROP(&gd->limit);
+    rt_task_abort(gd->join.task); /* NULL once the join finished: a no-op */
+    RT_DROP(&gd->join);           /* detaches the handle if still held */
 }
 
 /* 1 connection in 16 is aborted if it still runs after 0-30 ms; -1: never. */
@@ -279,14 +274,12 @@ struct processor {
     rt_coro co;
     rt_chan *ch; /* the receiver */
     rt_chan_recv recv;
-    void *value;
-    int status;
 };
 
 static void processor_drop(void *state)
 {
     struct processor *p = state;
-    rt_chan_recv_drop(&p->recv);
+    RT_DROP(&p->recv);
     rt_chan_receiver_drop(p->ch, job_dispose, NULL);
 }
 
@@ -296,10 +289,10 @@ static rt_poll processor_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&p->co);
     for (;;) {
         rt_chan_recv_init(&p->recv, p->ch);
-        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &p->value, &p->status));
-        if (p->status != 0)
+        RT_AWAIT(&p->co, cx, &p->recv);
+        if (p->recv.result != 0)
             break; /* -EPIPE: every server connection and the acceptor are gone */
-        struct job *j = p->value;
+        struct job *j = p->recv.value;
         rt_oneshot *reply = j->reply;
         uint32_t sum = checksum(j->data + HDR, j->len);
         memcpy(j->data + 4, &sum, 4);
@@ -321,21 +314,21 @@ struct server {
     rt_oneshot *reply; /* its receiving side, owned while not NULL */
     rt_oneshot_recv recv;
     rt_chan_send send;
-    bool sending;
+    bool sending; /* send is initialised and not yet awaited to the end */
     rt_sleep delay;
-    void *value;
-    size_t progress;
-    ssize_t written;
-    int status;
+    rt_io_write_all write;
 };
 
 static void server_drop(void *state)
 {
     struct server *s = state;
-    END(rt_sleep_drop, &s->delay);
-    if (s->sending && rt_chan_send_drop(&s->send) == 1)
+    RT_DROP(&s->delay);
+    RT_DROP(&s->rd);
+    RT_DROP(&s->write);
+    RT_DROP(&s->send);
+    if (s->sending && s->send.result == 0)
         s->job = NULL; /* the channel took it: the processor frees it */
-    rt_oneshot_recv_drop(&s->recv);
+    RT_DROP(&s->recv);
     if (s->reply != NULL) {
         void *unreceived = NULL;
         rt_oneshot_receiver_drop(s->reply, &unreceived);
@@ -347,7 +340,7 @@ static void server_drop(void *state)
 }
 
 /* A client that closed or reset is how a connection normally ends. */
-static bool server_io_ok(ssize_t result, const char *what)
+static bool server_io_ok(int64_t result, const char *what)
 {
     if (result < 0 && result != -ECONNRESET && result != -EPIPE)
         note_error(what, result);
@@ -359,8 +352,8 @@ static rt_poll server_poll(void *state, rt_context *cx, void **out)
     struct server *s = state;
     RT_CORO_BEGIN(&s->co);
     for (;;) {
-        s->rd = (struct reader){.io = s->io, .buf = s->hdr, .want = HDR};
-        RT_AWAIT(&s->co, reader_poll(&s->rd, cx, NULL));
+        reader_init(&s->rd, s->io, s->hdr, HDR);
+        RT_AWAIT(&s->co, cx, &s->rd);
         if (!server_io_ok(s->rd.result, "server: read"))
             break;
         uint32_t len = get32(s->hdr);
@@ -374,8 +367,8 @@ static rt_poll server_poll(void *state, rt_context *cx, void **out)
         }
         *s->job = (struct job){.len = len};
         memcpy(s->job->data, s->hdr, HDR);
-        s->rd = (struct reader){.io = s->io, .buf = s->job->data + HDR, .want = len};
-        RT_AWAIT(&s->co, reader_poll(&s->rd, cx, NULL));
+        reader_init(&s->rd, s->io, s->job->data + HDR, len);
+        RT_AWAIT(&s->co, cx, &s->rd);
         if (!server_io_ok(s->rd.result, "server: read")) /* an aborted client */
             break;
         int err = rt_oneshot_new(&s->reply);
@@ -386,32 +379,29 @@ static rt_poll server_poll(void *state, rt_context *cx, void **out)
         s->job->reply = s->reply;
         rt_chan_send_init(&s->send, s->ch, s->job);
         s->sending = true;
-        RT_AWAIT(&s->co, rt_chan_send_poll(&s->send, cx, &s->status));
+        RT_AWAIT(&s->co, cx, &s->send);
         s->sending = false;
-        if (s->status != 0) {
-            note_error("server: send to a processor", s->status);
+        if (s->send.result != 0) {
+            note_error("server: send to a processor", s->send.result);
             break;
         }
         s->job = NULL;
         rt_oneshot_recv_init(&s->recv, s->reply);
-        RT_AWAIT(&s->co, rt_oneshot_recv_poll(&s->recv, cx, &s->value, &s->status));
+        RT_AWAIT(&s->co, cx, &s->recv);
         rt_oneshot_receiver_drop(s->reply, NULL);
         s->reply = NULL;
-        if ((s->job = s->value) == NULL) {
-            note_error("server: processor's reply", s->status);
+        if ((s->job = s->recv.value) == NULL) {
+            note_error("server: processor's reply", s->recv.result);
             break;
         }
         /* Answer late now and then, so that short client timeouts fire. */
-        if (maybe_nap(&s->delay, &s->rng, 16, 50)) {
-            RT_AWAIT(&s->co, rt_sleep_poll(&s->delay, cx, NULL));
-            END(rt_sleep_drop, &s->delay);
-        }
-        s->progress = 0;
-        RT_AWAIT(&s->co, rt_io_write_all(s->io, cx, s->job->data, HDR + s->job->len, &s->progress,
-                                         &s->written));
+        if (maybe_nap(&s->delay, &s->rng, 16, 50))
+            RT_AWAIT(&s->co, cx, &s->delay);
+        rt_io_write_all_init(&s->write, s->io, s->job->data, HDR + s->job->len);
+        RT_AWAIT(&s->co, cx, &s->write);
         job_free(s->job);
         s->job = NULL;
-        if (!server_io_ok(s->written, "server: write")) /* a client timed out or aborted */
+        if (!server_io_ok(s->write.result, "server: write")) /* a client timed out or aborted */
             break;
     }
     RT_CORO_END(&s->co, out);
@@ -420,24 +410,24 @@ static rt_poll server_poll(void *state, rt_context *cx, void **out)
 struct acceptor {
     rt_coro co;
     rt_io *listener;
-    rt_io *conn;
+    rt_tcp_accept accept; /* result, and the connection accepted */
     uint64_t rng;
-    int err;
 };
 
 static void acceptor_drop(void *state)
 {
     struct acceptor *a = state;
+    RT_DROP(&a->accept);
     rt_io_close(a->listener);
     for (int i = 0; i < PROCESSORS; i++)
         rt_chan_sender_drop(g.proc[i]);
 }
 
-/* Spawns the task that serves a.conn, and a guard that aborts it when the
+/* Spawns the task that serves a.accept.conn, and a guard that aborts it when the
  * dice say so; the other server tasks are detached and end on their own. */
 static void spawn_server(struct acceptor *a)
 {
-    struct server s = {.io = a->conn, .ch = g.proc[rng_below(&a->rng, PROCESSORS)]};
+    struct server s = {.io = a->accept.conn, .ch = g.proc[rng_below(&a->rng, PROCESSORS)]};
     s.rng = rng_next(&a->rng);
     rt_task *h;
     struct guard gd;
@@ -466,11 +456,12 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
     struct acceptor *a = state;
     RT_CORO_BEGIN(&a->co);
     for (;;) {
-        RT_AWAIT(&a->co, rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err));
-        if (a->err == 0)
+        rt_tcp_accept_init(&a->accept, a->listener);
+        RT_AWAIT(&a->co, cx, &a->accept);
+        if (a->accept.result == 0)
             spawn_server(a);
-        else if (a->err != -ECONNABORTED) /* the main thread stops the run */
-            note_error("rt_tcp_accept", a->err);
+        else if (a->accept.result != -ECONNABORTED) /* the main thread stops the run */
+            note_error("rt_tcp_accept", a->accept.result);
     }
     RT_CORO_END(&a->co, out);
 }
@@ -507,22 +498,22 @@ struct client {
     uint8_t *tx, *rx; /* HDR + MSG_MAX each */
     unsigned left;    /* exchanges still to do */
     uint32_t len;
-    size_t progress;
-    ssize_t written;
+    rt_io_write_all write;
     struct reader rd;
-    rt_timeout limit;
+    rt_timeout limit; /* around the connect, then around each answer's read */
     bool short_limit;
     bool failed; /* the exchange in progress has not passed its checks yet */
     rt_sleep nap;
-    int status;
 };
 
 static void client_drop(void *state)
 {
     struct client *c = state;
-    rt_tcp_connect_drop(&c->connect);
-    END(rt_timeout_drop, &c->limit);
-    END(rt_sleep_drop, &c->nap);
+    RT_DROP(&c->limit); /* and the connect or read it limits, if unfinished */
+    RT_DROP(&c->connect);
+    RT_DROP(&c->rd);
+    RT_DROP(&c->write);
+    RT_DROP(&c->nap);
     rt_io_close(c->io);
     free(c->tx);
     free(c->rx);
@@ -530,13 +521,16 @@ static void client_drop(void *state)
 
 /* Reports how an exchange went wrong. A server that closed or reset the
  * connection is allowed (server tasks get aborted); the totals are compared
- * at the end. */
+ * at the end. The write's result says whether the request went out; if it
+ * did, the limited read's says how the answer went (-ETIMEDOUT, a timer
+ * error, or the reader's own result). */
 static void client_failed(struct client *c)
 {
-    ssize_t res = c->status < 0 ? c->status : c->written < 0 ? c->written : c->rd.result;
-    if (c->status == -ETIMEDOUT && c->short_limit)
+    bool sent = c->write.result >= 0;
+    int64_t res = sent ? c->limit.result : c->write.result;
+    if (sent && res == -ETIMEDOUT && c->short_limit)
         cnt.timeouts++; /* the answer may still come: give the connection up */
-    else if (c->status == -ETIMEDOUT)
+    else if (sent && res == -ETIMEDOUT)
         cnt.stuck++;
     else if (res == 0 || res == -ECONNRESET || res == -EPIPE)
         cnt.peer_closed++;
@@ -557,43 +551,42 @@ static rt_poll client_poll(void *state, rt_context *cx, void **out)
     inject_leak(g.started++);
     c->tx = malloc(HDR + MSG_MAX);
     c->rx = malloc(HDR + MSG_MAX);
-    if (c->tx == NULL || c->rx == NULL || rt_tcp_connect_init(&c->connect, NULL, STUCK_NS) < 0) {
+    if (c->tx == NULL || c->rx == NULL ||
+        rt_tcp_connect_init(&c->connect, NULL, (struct sockaddr *)&g.addr, g.addr_len) < 0 ||
+        rt_timeout_init(&c->limit, NULL, &c->connect.future, STUCK_NS) < 0) {
         note_error("client: setup", -ENOMEM);
         RT_RETURN(&c->co, out, NULL);
     }
-    RT_AWAIT(&c->co, rt_tcp_connect_poll(&c->connect, cx, (struct sockaddr *)&g.addr, g.addr_len,
-                                         &c->io, &c->status));
-    if (c->status < 0) {
-        note_error("client: connect", c->status);
+    RT_AWAIT(&c->co, cx, &c->limit);
+    if (c->limit.result < 0) {
+        note_error("client: connect", c->limit.result);
         RT_RETURN(&c->co, out, NULL);
     }
+    c->io = c->connect.conn;
     rt_tcp_set_nodelay(c->io, rng_below(&c->rng, 2) == 0);
     for (c->left = 1 + (unsigned)rng_below(&c->rng, 16); c->left > 0 && !g.stopping; c->left--) {
-        if (maybe_nap(&c->nap, &c->rng, 8, 5)) {
-            RT_AWAIT(&c->co, rt_sleep_poll(&c->nap, cx, NULL));
-            END(rt_sleep_drop, &c->nap);
-        }
+        if (maybe_nap(&c->nap, &c->rng, 8, 5))
+            RT_AWAIT(&c->co, cx, &c->nap);
         c->failed = true;
         c->len = 1 + (uint32_t)rng_below(&c->rng, (uint64_t)1 << rng_below(&c->rng, 17));
         memcpy(c->tx, &c->len, 4);
         memcpy(c->tx + 4, &c->left, 4);
         fill(c->tx + HDR, c->len, &c->rng);
-        c->progress = 0;
-        RT_AWAIT(&c->co,
-                 rt_io_write_all(c->io, cx, c->tx, HDR + c->len, &c->progress, &c->written));
-        if (c->written < 0)
+        rt_io_write_all_init(&c->write, c->io, c->tx, HDR + c->len);
+        RT_AWAIT(&c->co, cx, &c->write);
+        if (c->write.result < 0)
             break;
         /* 1 answer in 8 gets a short timeout that may fire; the others one so
          * long that firing means a hang. */
         c->short_limit = rng_below(&c->rng, 8) == 0;
-        if (rt_timeout_init(&c->limit, NULL,
+        reader_init(&c->rd, c->io, c->rx, HDR + c->len);
+        if (rt_timeout_init(&c->limit, NULL, &c->rd.future,
                             c->short_limit ? (int64_t)(1 + rng_below(&c->rng, 30)) * MS
                                            : STUCK_NS) < 0)
             break;
-        c->rd = (struct reader){.io = c->io, .buf = c->rx, .want = HDR + c->len};
-        RT_AWAIT(&c->co, rt_timeout_poll(&c->limit, cx, reader_poll, &c->rd, NULL, &c->status));
-        END(rt_timeout_drop, &c->limit);
-        if (c->status < 0 || c->rd.result <= 0 || get32(c->rx) != c->len ||
+        RT_AWAIT(&c->co, cx, &c->limit);
+        /* The reader's result (want bytes when all came), or -ETIMEDOUT. */
+        if (c->limit.result <= 0 || get32(c->rx) != c->len ||
             get32(c->rx + 4) != checksum(c->tx + HDR, c->len) ||
             memcmp(c->rx + HDR, c->tx + HDR, c->len) != 0)
             break;
@@ -610,7 +603,6 @@ static rt_poll client_poll(void *state, rt_context *cx, void **out)
 struct driver {
     rt_coro co;
     uint64_t rng;
-    rt_task *child;
     struct guard gd;
     int err;
 };
@@ -625,15 +617,16 @@ static rt_poll driver_poll(void *state, rt_context *cx, void **out)
 {
     struct driver *d = state;
     void *ignored;
+    rt_task *child;
     RT_CORO_BEGIN(&d->co);
     while (!g.stopping) {
         struct client c = {.rng = rng_next(&d->rng)};
-        if ((d->err = RT_SPAWN(NULL, client_poll, client_drop, &c, &d->child)) < 0) {
+        if ((d->err = RT_SPAWN(NULL, client_poll, client_drop, &c, &child)) < 0) {
             note_error("rt_spawn (client)", d->err);
             break;
         }
-        guard_init(&d->gd, d->child, abort_after(&d->rng), &cnt.client_aborts);
-        RT_AWAIT(&d->co, guard_poll(&d->gd, cx, &ignored));
+        guard_init(&d->gd, child, abort_after(&d->rng), &cnt.client_aborts);
+        RT_AWAIT_POLL(&d->co, guard_poll(&d->gd, cx, &ignored));
         cnt.conns++;
     }
     RT_CORO_END(&d->co, out);

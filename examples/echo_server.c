@@ -23,16 +23,17 @@
 struct conn {
     rt_coro co;
     rt_io *io;
-    ssize_t got;     /* bytes of the last read (0: peer closed, < 0: error) */
-    size_t progress; /* rt_io_write_all's bookmark */
-    ssize_t written; /* its result */
+    rt_io_read rd;        /* result: bytes read (0: peer closed, < 0: error) */
+    rt_io_write_all echo; /* writes them back; keeps its progress across polls */
     char buf[4096];
 };
 
-/* Runs once, whether the connection ended or the task was cancelled. */
+/* Runs once, whether the connection ended or the task was cancelled: drops
+ * the operation in flight (if any), then closes the socket. */
 static void conn_drop(void *state)
 {
     struct conn *c = state;
+    rt_coro_cleanup(&c->co);
     rt_io_close(c->io);
 }
 
@@ -41,13 +42,13 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
     struct conn *c = state;
     RT_CORO_BEGIN(&c->co);
     for (;;) {
-        RT_AWAIT(&c->co, rt_io_read(c->io, cx, c->buf, sizeof c->buf, &c->got));
-        if (c->got <= 0)
+        rt_io_read_init(&c->rd, c->io, c->buf, sizeof c->buf);
+        RT_AWAIT(&c->co, cx, &c->rd);
+        if (c->rd.result <= 0)
             break; /* end of stream or error: drop closes the socket */
-        c->progress = 0;
-        RT_AWAIT(&c->co,
-                 rt_io_write_all(c->io, cx, c->buf, (size_t)c->got, &c->progress, &c->written));
-        if (c->written < 0)
+        rt_io_write_all_init(&c->echo, c->io, c->buf, (size_t)c->rd.result);
+        RT_AWAIT(&c->co, cx, &c->echo);
+        if (c->echo.result < 0)
             break;
     }
     RT_CORO_END(&c->co, out);
@@ -57,17 +58,16 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
 struct acceptor {
     rt_coro co;
     rt_io *listener;
-    rt_io *conn; /* the connection just accepted */
-    int err;
-    bool pausing;   /* pause is armed */
-    rt_sleep pause; /* backing off when out of descriptors */
+    rt_tcp_accept accept; /* result, and the connection just accepted */
+    rt_sleep pause;       /* backing off when out of descriptors */
 };
 
+/* Drops the accept or the pause in flight (which cancels its timer), then
+ * closes the listening socket. */
 static void acceptor_drop(void *state)
 {
     struct acceptor *a = state;
-    if (a->pausing)
-        rt_sleep_drop(&a->pause);
+    rt_coro_cleanup(&a->co);
     rt_io_close(a->listener);
 }
 
@@ -76,25 +76,22 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
     struct acceptor *a = state;
     RT_CORO_BEGIN(&a->co);
     for (;;) {
-        RT_AWAIT(&a->co, rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err));
-        if (a->err == -EMFILE || a->err == -ENFILE) {
+        rt_tcp_accept_init(&a->accept, a->listener);
+        RT_AWAIT(&a->co, cx, &a->accept);
+        if (a->accept.result == -EMFILE || a->accept.result == -ENFILE) {
             /* The connection stays queued: try again in 100 ms. */
-            fprintf(stderr, "echo_server: accept: %s\n", rt_strerror(a->err));
-            a->pausing = rt_sleep_init(&a->pause, NULL, 100 * 1000000) == 0;
-            if (a->pausing) {
-                RT_AWAIT(&a->co, rt_sleep_poll(&a->pause, cx, NULL));
-                rt_sleep_drop(&a->pause);
-                a->pausing = false;
-            }
+            fprintf(stderr, "echo_server: accept: %s\n", rt_strerror((int)a->accept.result));
+            if (rt_sleep_init(&a->pause, NULL, RT_MS(100)) == 0)
+                RT_AWAIT(&a->co, cx, &a->pause);
             continue;
         }
-        if (a->err < 0)
+        if (a->accept.result < 0)
             continue; /* the peer gave up (-ECONNABORTED...): next one */
 
-        rt_tcp_set_nodelay(a->conn, true);
-        struct conn c = {.io = a->conn};
+        rt_tcp_set_nodelay(a->accept.conn, true);
+        struct conn c = {.io = a->accept.conn};
         if (RT_SPAWN(NULL, conn_poll, conn_drop, &c, NULL) < 0)
-            rt_io_close(a->conn);
+            rt_io_close(a->accept.conn);
     }
     RT_CORO_END(&a->co, out);
 }

@@ -103,123 +103,103 @@ static rt_notify stop_all;   /* every connection and the acceptor wait on it */
 
 #define LINE_MAX_BYTES 1024
 
+/* The coroutine record comes first: rt_coro_cleanup drops whatever the task
+ * awaits and unlocks the map if it is aborted while holding it. */
 struct conn {
     rt_coro co;
     rt_io *io;
     int64_t idle_ns;
-    rt_notified stop; /* initialised once, before the first look at `stopping` */
-    rt_sleep idle;    /* the idle timer of the current wait for input */
-    rt_mutex_lock lock;
-    ssize_t got;
-    size_t have;             /* bytes in buf */
-    size_t used;             /* bytes of the line being answered, newline included */
-    char *cmd, *key, *value; /* its words, in buf (the state never moves) */
+    rt_notified stop;                /* the server is stopping */
+    rt_io_read rd;                   /* more input */
+    rt_select input;                 /* input or stop, */
+    rt_timeout idle;                 /* within the idle time */
+    rt_mutex_lock lock;              /* the map */
+    rt_io_write_all wr;              /* a reply */
+    size_t have;                     /* bytes in buf */
+    size_t used;                     /* bytes of the line being answered, newline included */
+    char *cmd, *key, *value, *extra; /* the words of the line in buf */
     char buf[LINE_MAX_BYTES];
     char reply[LINE_MAX_BYTES + 32];
     const char *goodbye; /* the last line, if the server ends the connection */
-    size_t progress;
-    ssize_t written;
 };
 
 static void conn_drop(void *state)
 {
     struct conn *c = state;
-    rt_mutex_lock_drop(&c->lock); /* the lock is never held across an await */
-    rt_notified_drop(&c->stop);
-    rt_sleep_drop(&c->idle);
+    rt_coro_cleanup(&c->co);
     rt_io_close(c->io);
 }
 
-/* Waits for input, the idle timeout or the stop, whichever comes first:
- * RT_READY with c->got set (> 0 data, 0 end of stream, < 0 an error), or
- * with c->goodbye set. */
-static rt_poll conn_wait_input(struct conn *c, rt_context *cx)
-{
-    if (rt_notified_poll(&c->stop, cx) == RT_READY) {
-        c->goodbye = "ERR server shutting down\n";
-        return RT_READY;
-    }
-    if (rt_io_read(c->io, cx, c->buf + c->have, sizeof c->buf - c->have, &c->got) == RT_READY)
-        return RT_READY;
-    int err = 0;
-    if (rt_sleep_poll(&c->idle, cx, &err) == RT_READY) {
-        c->goodbye = "ERR idle timeout\n";
-        return RT_READY;
-    }
-    return RT_PENDING;
-}
-
-/* Splits the line at the start of buf into c->cmd, c->key and c->value.
- * Returns false, with the error reply in c->reply, for a malformed one. */
-static bool conn_parse(struct conn *c)
+/* Splits the line at the start of buf into words; returns the error reply
+ * for a malformed one, NULL for a good one. */
+static const char *conn_parse(struct conn *c)
 {
     char *save = NULL;
     c->cmd = strtok_r(c->buf, " ", &save);
     c->key = strtok_r(NULL, " ", &save);
     c->value = strtok_r(NULL, " ", &save);
-    char *extra = strtok_r(NULL, " ", &save);
-    const char *err = NULL;
+    c->extra = strtok_r(NULL, " ", &save);
     if (c->cmd == NULL)
-        err = "empty command";
-    else if (strcmp(c->cmd, "SET") != 0 && strcmp(c->cmd, "GET") != 0 && strcmp(c->cmd, "DEL") != 0)
-        err = "unknown command";
-    else if (c->key == NULL || extra != NULL || (strcmp(c->cmd, "SET") == 0) != (c->value != NULL))
-        err = "wrong number of arguments";
-    if (err == NULL)
-        return true;
-    snprintf(c->reply, sizeof c->reply, "ERR %s\n", err);
-    return false;
+        return "ERR empty command\n";
+    if (strcmp(c->cmd, "SET") != 0 && strcmp(c->cmd, "GET") != 0 && strcmp(c->cmd, "DEL") != 0)
+        return "ERR unknown command\n";
+    if (c->key == NULL || c->extra != NULL || (strcmp(c->cmd, "SET") == 0) != (c->value != NULL))
+        return "ERR wrong number of arguments\n";
+    return NULL;
 }
 
 static rt_poll conn_poll(void *state, rt_context *cx, void **out)
 {
     struct conn *c = state;
     RT_CORO_BEGIN(&c->co);
-    rt_notified_init(&c->stop, &stop_all);
-    for (;;) {
-        /* A whole line in the buffer: answer it. */
+    while (c->goodbye == NULL) {
         char *nl = memchr(c->buf, '\n', c->have);
-        if (nl == NULL) {
-            if (c->have == sizeof c->buf) {
+        if (nl == NULL) { /* no whole line yet: read more, within the idle time */
+            rt_notified_init(&c->stop, &stop_all); /* before the look at `stopping` */
+            if (c->have == sizeof c->buf)
                 c->goodbye = "ERR line too long\n";
-                break;
-            }
-            if (atomic_load(&stopping)) {
+            if (atomic_load(&stopping))
                 c->goodbye = "ERR server shutting down\n";
+            if (c->goodbye != NULL)
                 break;
-            }
-            rt_sleep_init(&c->idle, NULL, c->idle_ns);
-            RT_AWAIT(&c->co, conn_wait_input(c, cx));
-            rt_sleep_drop(&c->idle);
-            if (c->goodbye != NULL || c->got <= 0)
+            rt_io_read_init(&c->rd, c->io, c->buf + c->have, sizeof c->buf - c->have);
+            rt_select_init(&c->input, RT_FUTURES(&c->rd.future, &c->stop.future));
+            rt_timeout_init(&c->idle, NULL, &c->input.future, c->idle_ns);
+            RT_AWAIT(&c->co, cx, &c->idle);
+            if (c->idle.result == -ETIMEDOUT)
+                c->goodbye = "ERR idle timeout\n";
+            else if (c->input.index == 1)
+                c->goodbye = "ERR server shutting down\n";
+            else if (c->rd.result <= 0)
                 break;
-            c->have += (size_t)c->got;
+            else
+                c->have += (size_t)c->rd.result;
             continue;
         }
         *nl = '\0';
         if (nl > c->buf && nl[-1] == '\r')
             nl[-1] = '\0';
         c->used = (size_t)(nl - c->buf) + 1;
-        if (conn_parse(c)) {
+        const char *bad = conn_parse(c);
+        if (bad != NULL) {
+            snprintf(c->reply, sizeof c->reply, "%s", bad);
+        } else {
             rt_mutex_lock_init(&c->lock, &map.lock);
-            RT_AWAIT(&c->co, rt_mutex_lock_poll(&c->lock, cx));
-            rt_mutex_lock_drop(&c->lock);
+            RT_AWAIT_HOLD(&c->co, cx, &c->lock);
             map_apply(c->cmd, c->key, c->value, c->reply, sizeof c->reply);
-            rt_mutex_unlock(&map.lock);
+            RT_RELEASE(&c->co, &c->lock);
         }
         /* Drop the line from the buffer, then send the reply. */
-        memmove(c->buf, c->buf + c->used, c->have - c->used);
         c->have -= c->used;
-        c->progress = 0;
-        RT_AWAIT(&c->co,
-                 rt_io_write_all(c->io, cx, c->reply, strlen(c->reply), &c->progress, &c->written));
-        if (c->written < 0)
+        memmove(c->buf, c->buf + c->used, c->have);
+        rt_io_write_all_init(&c->wr, c->io, c->reply, strlen(c->reply));
+        RT_AWAIT(&c->co, cx, &c->wr);
+        if (c->wr.result < 0)
             break;
     }
     if (c->goodbye != NULL) {
-        c->progress = 0;
-        RT_AWAIT(&c->co, rt_io_write_all(c->io, cx, c->goodbye, strlen(c->goodbye), &c->progress,
-                                         &c->written));
+        rt_io_write_all_init(&c->wr, c->io, c->goodbye, strlen(c->goodbye));
+        RT_AWAIT(&c->co, cx, &c->wr);
     }
     RT_CORO_END(&c->co, out);
 }
@@ -232,8 +212,8 @@ struct acceptor {
     int64_t idle_ns;
     rt_group *conns; /* discards results: only open connections take memory */
     rt_notified stop;
-    rt_io *conn;
-    int err;
+    rt_tcp_accept accept;
+    rt_select next; /* a connection or the stop */
     rt_sleep pause; /* backing off when out of descriptors */
     rt_group_wait join;
 };
@@ -241,50 +221,39 @@ struct acceptor {
 static void acceptor_drop(void *state)
 {
     struct acceptor *a = state;
-    rt_notified_drop(&a->stop);
-    rt_sleep_drop(&a->pause);
-    rt_group_wait_drop(&a->join);
+    rt_coro_cleanup(&a->co);
     rt_group_free(a->conns);
     rt_io_close(a->listener);
-}
-
-/* Accepts a connection, or gives up when the server stops. */
-static rt_poll accept_or_stop(struct acceptor *a, rt_context *cx)
-{
-    if (rt_notified_poll(&a->stop, cx) == RT_READY) {
-        a->err = -ESHUTDOWN;
-        return RT_READY;
-    }
-    return rt_tcp_accept(a->listener, cx, &a->conn, NULL, NULL, &a->err);
 }
 
 static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
 {
     struct acceptor *a = state;
     RT_CORO_BEGIN(&a->co);
-    rt_notified_init(&a->stop, &stop_all);
-    while (!atomic_load(&stopping)) {
-        RT_AWAIT(&a->co, accept_or_stop(a, cx));
-        if (a->err == -ESHUTDOWN)
+    for (;;) {
+        rt_notified_init(&a->stop, &stop_all);
+        if (atomic_load(&stopping))
             break;
-        if (a->err == -EMFILE || a->err == -ENFILE) {
+        rt_tcp_accept_init(&a->accept, a->listener);
+        rt_select_init(&a->next, RT_FUTURES(&a->accept.future, &a->stop.future));
+        RT_AWAIT(&a->co, cx, &a->next);
+        if (a->next.index == 1)
+            break;
+        if (a->accept.result == -EMFILE || a->accept.result == -ENFILE) {
             /* The connection stays queued: try again in 100 ms. */
-            rt_sleep_init(&a->pause, NULL, 100 * 1000000);
-            RT_AWAIT(&a->co, rt_sleep_poll(&a->pause, cx, NULL));
-            rt_sleep_drop(&a->pause);
-            continue;
-        }
-        if (a->err < 0)
-            continue; /* the peer gave up (-ECONNABORTED...): next one */
-        struct conn c = {.io = a->conn, .idle_ns = a->idle_ns};
-        if (rt_group_spawn(a->conns, NULL, conn_poll, conn_drop, &c, sizeof c, NULL) < 0)
-            rt_io_close(a->conn);
+            rt_sleep_init(&a->pause, NULL, RT_MS(100));
+            RT_AWAIT(&a->co, cx, &a->pause);
+        } else if (a->accept.result == 0) {
+            struct conn c = {.io = a->accept.conn, .idle_ns = a->idle_ns};
+            if (rt_group_spawn(a->conns, NULL, conn_poll, conn_drop, &c, sizeof c, NULL) < 0)
+                rt_io_close(c.io);
+        } /* else the peer gave up (-ECONNABORTED...): next one */
     }
     /* Stop accepting, then let every connection say goodbye and end. */
     rt_io_close(a->listener);
     a->listener = NULL;
-    rt_group_join_all_init(&a->join, a->conns, -1);
-    RT_AWAIT(&a->co, rt_group_wait_poll(&a->join, cx, NULL, NULL));
+    rt_group_join_all_init(&a->join, a->conns);
+    RT_AWAIT(&a->co, cx, &a->join);
     RT_CORO_END(&a->co, out);
 }
 
@@ -384,7 +353,7 @@ int main(int argc, char **argv)
      * rt_runtime_free after 10 s. */
     atomic_store(&stopping, true);
     rt_notify_all(&stop_all);
-    err = rt_task_wait(acceptor, 10 * 1000000000LL, NULL);
+    err = rt_task_wait(acceptor, RT_SEC(10), NULL);
     if (err == -ETIMEDOUT)
         rt_task_detach(acceptor);
     err = rt_runtime_free(rt);

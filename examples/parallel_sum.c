@@ -1,6 +1,7 @@
 /* Sums 1..N by splitting the range in halves down to a cutoff, one task per
  * half, written as straight-line coroutines: spawn two children, await both,
- * add. Shows rt_block_on, rt_spawn with a join handle, RT_AWAIT and RT_YIELD.
+ * add. Shows rt_block_on, rt_spawn with a join handle awaited through an
+ * rt_task_join operation, RT_AWAIT and RT_YIELD.
  *
  *   ./parallel_sum [N] [workers]        (defaults: 10000000 and all CPUs)
  */
@@ -12,28 +13,26 @@
 
 /* A coroutine keeps everything it needs across an await in its state. */
 struct sum_range {
-    rt_coro co;      /* resume point */
-    uint64_t lo, hi; /* the half-open range [lo, hi) to add up */
-    rt_task *left;   /* join handles of the two halves */
-    rt_task *right;
-    void *left_sum; /* their results */
-    void *right_sum;
+    rt_coro co;        /* resume point */
+    uint64_t lo, hi;   /* the half-open range [lo, hi) to add up */
+    rt_task_join left; /* awaiting the two halves (each owns its join handle) */
+    rt_task_join right;
 };
 
 #define CUTOFF 100000
 
 static rt_poll sum_range_poll(void *state, rt_context *cx, void **out);
 
-/* If this task is aborted while it waits, let its children go too. */
+/* If this task is aborted while it waits, let its children go too: abort
+ * those still running (a finished join holds no handle, task NULL: a no-op),
+ * then drop the joins, which detach their handles. */
 static void sum_range_drop(void *state)
 {
     struct sum_range *s = state;
-    if (s->co.line != RT_CORO_DONE) {
-        rt_task_abort(s->left);
-        rt_task_detach(s->left);
-        rt_task_abort(s->right);
-        rt_task_detach(s->right);
-    }
+    rt_task_abort(s->left.task);
+    rt_task_abort(s->right.task);
+    RT_DROP(&s->left);
+    RT_DROP(&s->right);
 }
 
 static rt_poll sum_range_poll(void *state, rt_context *cx, void **out)
@@ -49,18 +48,24 @@ static rt_poll sum_range_poll(void *state, rt_context *cx, void **out)
     uint64_t mid = s->lo + (s->hi - s->lo) / 2;
     struct sum_range left = {.lo = s->lo, .hi = mid};
     struct sum_range right = {.lo = mid, .hi = s->hi};
-    if (RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &left, &s->left) < 0 ||
-        RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &right, &s->right) < 0) {
+    rt_task *handle;
+    /* Each join operation takes over its child's handle at once, so the drop
+     * above finds every child in one of them. */
+    if (RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &left, &handle) < 0) {
         fprintf(stderr, "spawn failed\n");
         RT_RETURN(&s->co, out, 0);
     }
+    rt_task_join_init(&s->left, handle);
+    if (RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &right, &handle) < 0) {
+        fprintf(stderr, "spawn failed\n");
+        RT_RETURN(&s->co, out, 0);
+    }
+    rt_task_join_init(&s->right, handle);
     /* Let the children start before we wait (not needed, shows RT_YIELD). */
     RT_YIELD(&s->co, cx);
-    RT_AWAIT(&s->co, rt_task_join(s->left, cx, &s->left_sum, NULL));
-    s->left = NULL;
-    RT_AWAIT(&s->co, rt_task_join(s->right, cx, &s->right_sum, NULL));
-    s->right = NULL;
-    RT_RETURN(&s->co, out, (uintptr_t)s->left_sum + (uintptr_t)s->right_sum);
+    RT_AWAIT(&s->co, cx, &s->left);
+    RT_AWAIT(&s->co, cx, &s->right);
+    RT_RETURN(&s->co, out, (uintptr_t)s->left.value + (uintptr_t)s->right.value);
     RT_CORO_END(&s->co, out);
 }
 

@@ -27,19 +27,18 @@ struct producer {
 static void producer_drop(void *state)
 {
     struct producer *p = state;
-    rt_chan_send_drop(&p->send); /* nothing to do if it completed */
+    rt_coro_cleanup(&p->co); /* the send in flight, if any */
     rt_chan_sender_drop(p->ch);
 }
 
 static rt_poll producer_poll(void *state, rt_context *cx, void **out)
 {
     struct producer *p = state;
-    int status;
     RT_CORO_BEGIN(&p->co);
     for (p->next = 1; p->next <= p->count; p->next++) {
         rt_chan_send_init(&p->send, p->ch, (void *)(uintptr_t)p->next);
-        RT_AWAIT(&p->co, rt_chan_send_poll(&p->send, cx, &status));
-        if (status != 0) /* the consumer went away */
+        RT_AWAIT(&p->co, cx, &p->send);
+        if (p->send.result != 0) /* the consumer went away */
             RT_RETURN(&p->co, out, NULL);
     }
     RT_CORO_END(&p->co, out);
@@ -59,8 +58,7 @@ struct pipeline {
 static void pipeline_drop(void *state)
 {
     struct pipeline *p = state;
-    rt_chan_recv_drop(&p->recv);
-    rt_group_wait_drop(&p->close);
+    rt_coro_cleanup(&p->co); /* the receive or the close in flight */
     rt_group_free(p->group); /* cancels producers still running */
     rt_chan_receiver_drop(p->ch, NULL, NULL);
 }
@@ -68,8 +66,6 @@ static void pipeline_drop(void *state)
 static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
 {
     struct pipeline *p = state;
-    void *value;
-    int status;
     RT_CORO_BEGIN(&p->co);
     if (rt_chan_new(p->capacity, &p->ch) < 0 || rt_group_new(NULL, NULL, NULL, &p->group) < 0)
         RT_RETURN(&p->co, out, NULL);
@@ -86,13 +82,13 @@ static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
     rt_chan_sender_drop(p->ch); /* ours: now only the producers hold one */
     for (;;) {
         rt_chan_recv_init(&p->recv, p->ch);
-        RT_AWAIT(&p->co, rt_chan_recv_poll(&p->recv, cx, &value, &status));
-        if (status != 0) /* -EPIPE: every producer is done */
+        RT_AWAIT(&p->co, cx, &p->recv);
+        if (p->recv.result != 0) /* -EPIPE: every producer is done */
             break;
-        p->sum += (uintptr_t)value;
+        p->sum += (uintptr_t)p->recv.value;
     }
-    rt_group_close_init(&p->close, p->group, -1);
-    RT_AWAIT(&p->co, rt_group_wait_poll(&p->close, cx, NULL, NULL));
+    rt_group_close_init(&p->close, p->group);
+    RT_AWAIT(&p->co, cx, &p->close);
     RT_RETURN(&p->co, out, (uintptr_t)p->sum);
     RT_CORO_END(&p->co, out);
 }

@@ -7,6 +7,7 @@
 #include "asyncrt/error.h"
 #include "asyncrt/future.h"
 #include "asyncrt/coro.h"
+#include "asyncrt/combine.h"
 #include "asyncrt/runtime.h"
 #include "asyncrt/task.h"
 #include "asyncrt/metrics.h"

@@ -114,11 +114,23 @@ static int spawn_child(rt_runtime *rt, int yields, rt_task **handle)
     return slot_spawned(c.slot, rt_spawn(rt, child_poll, child_drop, &c, sizeof c, handle));
 }
 
-/* A future that never finishes and stores no waker: only a timeout ends it. */
-static rt_poll never_poll(void *p, rt_context *cx, void **out)
+/* An operation that never finishes and stores no waker: only a timeout ends
+ * it (by dropping it). */
+struct never {
+    RT_FUTURE_HEADER;
+};
+
+static rt_poll never_poll(rt_future *f, rt_context *cx)
 {
-    (void)p, (void)cx, (void)out;
+    (void)f, (void)cx;
     return RT_PENDING;
+}
+
+static const rt_future_vtable never_vtable = {never_poll, NULL};
+
+static void never_init(struct never *n)
+{
+    *n = (struct never){.future.vtable = &never_vtable};
 }
 
 /* ---- Scenarios ---------------------------------------------------------- */
@@ -189,9 +201,9 @@ static int scenario_runtime(rt_runtime *rt)
  * spawn, and a foreign-thread wait. */
 struct spawner {
     struct root_head h;
-    rt_task *tasks[4];
+    rt_task *tasks[4]; /* handles not (yet) owned by the join */
+    rt_task_join join; /* joins tasks[i], taking its handle over */
     int i;
-    int status;
 };
 
 static rt_poll spawner_poll(void *p, rt_context *cx, void **out)
@@ -218,10 +230,11 @@ static rt_poll spawner_poll(void *p, rt_context *cx, void **out)
     rt_task_detach(s->tasks[3]);
     s->tasks[3] = NULL;
     for (s->i = 0; s->i < 3; s->i++) {
-        RT_AWAIT(&s->h.co, rt_task_join(s->tasks[s->i], cx, NULL, &s->status));
+        rt_task_join_init(&s->join, s->tasks[s->i]);
         s->tasks[s->i] = NULL;
-        if (s->status != 0 && !(s->i == 2 && s->status == -ECANCELED))
-            expect("rt_task_join status", s->status, NULL);
+        RT_AWAIT(&s->h.co, cx, &s->join);
+        if (s->join.result != 0 && !(s->i == 2 && s->join.result == -ECANCELED))
+            expect("rt_task_join status", (int)s->join.result, NULL);
     }
     RT_RETURN(&s->h.co, out, (intptr_t)s->h.err);
     RT_CORO_END(&s->h.co, out);
@@ -230,6 +243,7 @@ static rt_poll spawner_poll(void *p, rt_context *cx, void **out)
 static void spawner_drop(void *p)
 {
     struct spawner *s = p;
+    RT_DROP(&s->join); /* detaches the handle it owns, if unfinished */
     for (int i = 0; i < 4; i++)
         rt_task_detach(s->tasks[i]);
     root_drop_head(&s->h);
@@ -254,7 +268,8 @@ static int scenario_spawn(rt_runtime *rt)
 struct timers {
     struct root_head h;
     rt_sleep sleep;
-    rt_timeout timeout;
+    struct never never;
+    rt_timeout timeout; /* around never */
     rt_interval interval;
     int ticks;
 };
@@ -265,13 +280,14 @@ static rt_poll timers_poll(void *p, rt_context *cx, void **out)
     atomic_fetch_add(&ledger.polled[t->h.slot], 1);
     RT_CORO_BEGIN(&t->h.co);
     rt_sleep_init(&t->sleep, NULL, 1000000);
-    RT_AWAIT(&t->h.co, rt_sleep_poll(&t->sleep, cx, &t->h.err));
-    rt_sleep_drop(&t->sleep);
+    RT_AWAIT(&t->h.co, cx, &t->sleep); /* finished: its timer is released */
+    t->h.err = (int)t->sleep.result;
     if (EXPECT(t->h.err) < 0)
         RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
-    rt_timeout_init(&t->timeout, NULL, 2000000);
-    RT_AWAIT(&t->h.co, rt_timeout_poll(&t->timeout, cx, never_poll, NULL, NULL, &t->h.err));
-    rt_timeout_drop(&t->timeout);
+    never_init(&t->never);
+    rt_timeout_init(&t->timeout, NULL, &t->never.future, 2000000);
+    RT_AWAIT(&t->h.co, cx, &t->timeout);
+    t->h.err = (int)t->timeout.result;
     if (t->h.err == -ETIMEDOUT)
         t->h.err = 0;
     else if (EXPECT(t->h.err) == 0)
@@ -280,11 +296,12 @@ static rt_poll timers_poll(void *p, rt_context *cx, void **out)
         RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
     rt_interval_init(&t->interval, NULL, 1000000);
     for (t->ticks = 0; t->ticks < 2; t->ticks++) {
-        RT_AWAIT(&t->h.co, rt_interval_poll(&t->interval, cx, &t->h.err));
+        RT_AWAIT(&t->h.co, cx, &t->interval); /* the next poll waits for the next tick */
+        t->h.err = (int)t->interval.result;
         if (EXPECT(t->h.err) < 0)
             break;
     }
-    rt_interval_drop(&t->interval);
+    RT_DROP(&t->interval);
     RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
     RT_CORO_END(&t->h.co, out);
 }
@@ -292,9 +309,9 @@ static rt_poll timers_poll(void *p, rt_context *cx, void **out)
 static void timers_drop(void *p)
 {
     struct timers *t = p;
-    rt_sleep_drop(&t->sleep);
-    rt_timeout_drop(&t->timeout);
-    rt_interval_drop(&t->interval);
+    RT_DROP(&t->sleep);
+    RT_DROP(&t->timeout); /* and never, if it still waits */
+    RT_DROP(&t->interval);
     root_drop_head(&t->h);
 }
 
@@ -312,10 +329,10 @@ struct server {
     unsigned slot;
     rt_io *listener; /* borrowed from the root */
     rt_io *conn;
+    rt_tcp_accept accept;
+    rt_io_read rd;
+    rt_io_write_all wr;
     char buf[64];
-    ssize_t n;
-    size_t progress;
-    ssize_t result;
     int err;
 };
 
@@ -324,24 +341,34 @@ static rt_poll server_poll(void *p, rt_context *cx, void **out)
     struct server *s = p;
     atomic_fetch_add(&ledger.polled[s->slot], 1);
     RT_CORO_BEGIN(&s->co);
-    RT_AWAIT(&s->co, rt_tcp_accept(s->listener, cx, &s->conn, NULL, NULL, &s->err));
+    rt_tcp_accept_init(&s->accept, s->listener);
+    RT_AWAIT(&s->co, cx, &s->accept);
+    s->err = (int)s->accept.result;
     if (EXPECT(s->err) < 0)
         RT_RETURN(&s->co, out, (intptr_t)s->err);
-    RT_AWAIT(&s->co, rt_io_read(s->conn, cx, s->buf, sizeof s->buf, &s->n));
-    if (s->n <= 0) {
-        s->err = s->n < 0 ? (int)s->n : -EPROTO;
+    s->conn = s->accept.conn;
+    rt_io_read_init(&s->rd, s->conn, s->buf, sizeof s->buf);
+    RT_AWAIT(&s->co, cx, &s->rd);
+    if (s->rd.result <= 0) {
+        s->err = s->rd.result < 0 ? (int)s->rd.result : -EPROTO;
         expect("server read", s->err, NULL);
         RT_RETURN(&s->co, out, (intptr_t)s->err);
     }
-    RT_AWAIT(&s->co, rt_io_write_all(s->conn, cx, s->buf, (size_t)s->n, &s->progress, &s->result));
-    s->err = s->result < 0 ? expect("server write", (int)s->result, NULL) : 0;
+    rt_io_write_all_init(&s->wr, s->conn, s->buf, (size_t)s->rd.result);
+    RT_AWAIT(&s->co, cx, &s->wr);
+    s->err = s->wr.result < 0 ? expect("server write", (int)s->wr.result, NULL) : 0;
     RT_RETURN(&s->co, out, (intptr_t)s->err);
     RT_CORO_END(&s->co, out);
 }
 
+/* The accept is not dropped: it waits on the root's listener, which the root
+ * may have closed already when the runtime shuts down (an abandoned accept
+ * only leaves its waker there, which the close releases). */
 static void server_drop(void *p)
 {
     struct server *s = p;
+    RT_DROP(&s->rd);
+    RT_DROP(&s->wr);
     rt_io_close(s->conn);
     atomic_fetch_add(&ledger.dropped[s->slot], 1);
 }
@@ -350,15 +377,13 @@ struct tcp {
     struct root_head h;
     rt_io *listener;
     rt_io *client;
-    rt_task *server;
+    rt_task_join server; /* owns the server task's handle */
     rt_tcp_connect connect;
     struct sockaddr_storage addr;
     socklen_t len;
-    size_t progress;
-    ssize_t result;
+    rt_io_write_all wr;
+    rt_io_read rd;
     char buf[16];
-    void *value;
-    int status;
 };
 
 static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
@@ -373,31 +398,34 @@ static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
     rt_net_local_addr(t->listener, &t->addr, &t->len);
     {
         struct server s = {.slot = slot_take(), .listener = t->listener};
-        t->h.err = EXPECT(slot_spawned(
-            s.slot, rt_spawn(NULL, server_poll, server_drop, &s, sizeof s, &t->server)));
+        rt_task *handle = NULL;
+        t->h.err = EXPECT(
+            slot_spawned(s.slot, rt_spawn(NULL, server_poll, server_drop, &s, sizeof s, &handle)));
         if (t->h.err < 0)
             RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
+        rt_task_join_init(&t->server, handle);
     }
-    rt_tcp_connect_init(&t->connect, NULL, 0);
-    RT_AWAIT(&t->h.co, rt_tcp_connect_poll(&t->connect, cx, (struct sockaddr *)&t->addr, t->len,
-                                           &t->client, &t->h.err));
-    rt_tcp_connect_drop(&t->connect);
+    rt_tcp_connect_init(&t->connect, NULL, (struct sockaddr *)&t->addr, t->len);
+    RT_AWAIT(&t->h.co, cx, &t->connect);
+    t->h.err = (int)t->connect.result;
     if (EXPECT(t->h.err) < 0) {
         /* The server may wait for a connection that never comes. */
-        rt_task_abort(t->server);
+        rt_task_abort(t->server.task);
     } else {
-        RT_AWAIT(&t->h.co, rt_io_write_all(t->client, cx, "ping", 4, &t->progress, &t->result));
-        if (t->result < 0)
-            t->h.err = expect("client write", (int)t->result, NULL);
+        t->client = t->connect.conn;
+        rt_io_write_all_init(&t->wr, t->client, "ping", 4);
+        RT_AWAIT(&t->h.co, cx, &t->wr);
+        if (t->wr.result < 0)
+            t->h.err = expect("client write", (int)t->wr.result, NULL);
     }
-    RT_AWAIT(&t->h.co, rt_task_join(t->server, cx, &t->value, &t->status));
-    t->server = NULL;
-    if (t->h.err == 0 && t->status == 0 && t->value == NULL) {
-        RT_AWAIT(&t->h.co, rt_io_read(t->client, cx, t->buf, sizeof t->buf, &t->result));
-        if (t->result != 4 || memcmp(t->buf, "ping", 4) != 0)
-            expect("client read", t->result < 0 ? (int)t->result : -EPROTO, NULL);
+    RT_AWAIT(&t->h.co, cx, &t->server);
+    if (t->h.err == 0 && t->server.result == 0 && t->server.value == NULL) {
+        rt_io_read_init(&t->rd, t->client, t->buf, sizeof t->buf);
+        RT_AWAIT(&t->h.co, cx, &t->rd);
+        if (t->rd.result != 4 || memcmp(t->buf, "ping", 4) != 0)
+            expect("client read", t->rd.result < 0 ? (int)t->rd.result : -EPROTO, NULL);
     } else if (t->h.err == 0) {
-        t->h.err = t->status != 0 ? t->status : (int)(intptr_t)t->value;
+        t->h.err = t->server.result != 0 ? (int)t->server.result : (int)(intptr_t)t->server.value;
     }
     rt_io_close(t->client);
     t->client = NULL;
@@ -410,11 +438,11 @@ static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
 static void tcp_drop(void *p)
 {
     struct tcp *t = p;
-    rt_tcp_connect_drop(&t->connect);
-    if (t->server != NULL) {
-        rt_task_abort(t->server);
-        rt_task_detach(t->server);
-    }
+    RT_DROP(&t->connect);          /* closes its half-open socket, if unfinished */
+    rt_task_abort(t->server.task); /* NULL once joined: a no-op */
+    RT_DROP(&t->server);           /* detaches the handle, if not joined */
+    RT_DROP(&t->wr);
+    RT_DROP(&t->rd);
     rt_io_close(t->client);
     rt_io_close(t->listener);
     root_drop_head(&t->h);
@@ -434,7 +462,6 @@ struct producer {
     rt_chan *ch; /* one sender reference, owned */
     rt_chan_send send;
     int i;
-    int status;
 };
 
 static rt_poll producer_poll(void *p, rt_context *cx, void **out)
@@ -444,9 +471,9 @@ static rt_poll producer_poll(void *p, rt_context *cx, void **out)
     RT_CORO_BEGIN(&pr->co);
     for (pr->i = 1; pr->i <= 8; pr->i++) {
         rt_chan_send_init(&pr->send, pr->ch, (void *)(intptr_t)pr->i);
-        RT_AWAIT(&pr->co, rt_chan_send_poll(&pr->send, cx, &pr->status));
-        if (pr->status != 0)
-            expect("rt_chan_send_poll", pr->status, NULL);
+        RT_AWAIT(&pr->co, cx, &pr->send);
+        if (pr->send.result != 0)
+            expect("rt_chan_send", (int)pr->send.result, NULL);
     }
     RT_CORO_END(&pr->co, out);
 }
@@ -454,7 +481,7 @@ static rt_poll producer_poll(void *p, rt_context *cx, void **out)
 static void producer_drop(void *p)
 {
     struct producer *pr = p;
-    rt_chan_send_drop(&pr->send);
+    RT_DROP(&pr->send);
     rt_chan_sender_drop(pr->ch);
     atomic_fetch_add(&ledger.dropped[pr->slot], 1);
 }
@@ -465,8 +492,6 @@ struct chans {
     rt_chan_recv recv;
     rt_oneshot *once;
     rt_oneshot_recv once_recv;
-    void *value;
-    int status;
     int received;
 };
 
@@ -490,21 +515,21 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
     }
     for (;;) {
         rt_chan_recv_init(&c->recv, c->ch);
-        RT_AWAIT(&c->h.co, rt_chan_recv_poll(&c->recv, cx, &c->value, &c->status));
-        if (c->status != 0)
+        RT_AWAIT(&c->h.co, cx, &c->recv);
+        if (c->recv.result != 0)
             break;
-        if ((intptr_t)c->value != ++c->received)
+        if ((intptr_t)c->recv.value != ++c->received)
             expect("channel order", -EPROTO, NULL);
     }
-    if (c->status != -EPIPE || c->received != 8)
-        expect("channel end", c->status != -EPIPE ? c->status : -EPROTO, NULL);
+    if (c->recv.result != -EPIPE || c->received != 8)
+        expect("channel end", c->recv.result != -EPIPE ? (int)c->recv.result : -EPROTO, NULL);
     if ((c->h.err = EXPECT(rt_oneshot_new(&c->once))) < 0)
         RT_RETURN(&c->h.co, out, (intptr_t)c->h.err);
     rt_oneshot_send(c->once, (void *)(intptr_t)7);
     rt_oneshot_recv_init(&c->once_recv, c->once);
-    RT_AWAIT(&c->h.co, rt_oneshot_recv_poll(&c->once_recv, cx, &c->value, &c->status));
-    if (c->status != 0 || (intptr_t)c->value != 7)
-        expect("oneshot", c->status != 0 ? c->status : -EPROTO, NULL);
+    RT_AWAIT(&c->h.co, cx, &c->once_recv);
+    if (c->once_recv.result != 0 || (intptr_t)c->once_recv.value != 7)
+        expect("oneshot", c->once_recv.result != 0 ? (int)c->once_recv.result : -EPROTO, NULL);
     rt_oneshot_receiver_drop(c->once, NULL);
     c->once = NULL;
     RT_CORO_END(&c->h.co, out);
@@ -513,8 +538,8 @@ static rt_poll chans_poll(void *p, rt_context *cx, void **out)
 static void chans_drop(void *p)
 {
     struct chans *c = p;
-    rt_chan_recv_drop(&c->recv);
-    rt_oneshot_recv_drop(&c->once_recv);
+    RT_DROP(&c->recv);
+    RT_DROP(&c->once_recv);
     if (c->ch != NULL)
         rt_chan_receiver_drop(c->ch, NULL, NULL);
     if (c->once != NULL) {
@@ -535,7 +560,6 @@ struct group {
     struct root_head h;
     rt_group *g;
     rt_group_wait wait;
-    size_t failed;
     int i;
 };
 
@@ -551,11 +575,10 @@ static rt_poll group_poll(void *p, rt_context *cx, void **out)
         g->h.err = EXPECT(slot_spawned(
             c.slot, rt_group_spawn(g->g, NULL, child_poll, child_drop, &c, sizeof c, NULL)));
     }
-    rt_group_join_all_init(&g->wait, g->g, -1);
-    RT_AWAIT(&g->h.co, rt_group_wait_poll(&g->wait, cx, &g->failed, &g->i));
-    rt_group_wait_drop(&g->wait);
-    if (g->i != 0 || g->failed != 0)
-        expect("rt_group_wait_poll", g->i != 0 ? g->i : -EPROTO, NULL);
+    rt_group_join_all_init(&g->wait, g->g);
+    RT_AWAIT(&g->h.co, cx, &g->wait);
+    if (g->wait.result != 0 || g->wait.failed != 0)
+        expect("rt_group_join_all", g->wait.result != 0 ? (int)g->wait.result : -EPROTO, NULL);
     rt_group_free(g->g);
     g->g = NULL;
     RT_RETURN(&g->h.co, out, (intptr_t)g->h.err);
@@ -565,7 +588,7 @@ static rt_poll group_poll(void *p, rt_context *cx, void **out)
 static void group_drop(void *p)
 {
     struct group *g = p;
-    rt_group_wait_drop(&g->wait);
+    RT_DROP(&g->wait);
     rt_group_free(g->g);
     root_drop_head(&g->h);
 }
@@ -585,9 +608,7 @@ static void *job(void *arg)
 
 struct blocking {
     struct root_head h;
-    rt_task *job;
-    void *value;
-    int status;
+    rt_task_join job; /* owns the job's handle */
 };
 
 static rt_poll blocking_poll(void *p, rt_context *cx, void **out)
@@ -595,12 +616,15 @@ static rt_poll blocking_poll(void *p, rt_context *cx, void **out)
     struct blocking *b = p;
     atomic_fetch_add(&ledger.polled[b->h.slot], 1);
     RT_CORO_BEGIN(&b->h.co);
-    if ((b->h.err = EXPECT(rt_spawn_blocking(NULL, job, (void *)(intptr_t)5, &b->job))) < 0)
-        RT_RETURN(&b->h.co, out, (intptr_t)b->h.err);
-    RT_AWAIT(&b->h.co, rt_task_join(b->job, cx, &b->value, &b->status));
-    b->job = NULL;
-    if (b->status != 0 || (intptr_t)b->value != 5)
-        expect("blocking join", b->status != 0 ? b->status : -EPROTO, NULL);
+    {
+        rt_task *handle = NULL;
+        if ((b->h.err = EXPECT(rt_spawn_blocking(NULL, job, (void *)(intptr_t)5, &handle))) < 0)
+            RT_RETURN(&b->h.co, out, (intptr_t)b->h.err);
+        rt_task_join_init(&b->job, handle);
+    }
+    RT_AWAIT(&b->h.co, cx, &b->job);
+    if (b->job.result != 0 || (intptr_t)b->job.value != 5)
+        expect("blocking join", b->job.result != 0 ? (int)b->job.result : -EPROTO, NULL);
     b->h.err = EXPECT(rt_spawn_blocking(NULL, job, NULL, NULL));
     RT_RETURN(&b->h.co, out, (intptr_t)b->h.err);
     RT_CORO_END(&b->h.co, out);
@@ -609,7 +633,7 @@ static rt_poll blocking_poll(void *p, rt_context *cx, void **out)
 static void blocking_drop(void *p)
 {
     struct blocking *b = p;
-    rt_task_detach(b->job);
+    RT_DROP(&b->job); /* detaches the handle, if not joined */
     root_drop_head(&b->h);
 }
 
@@ -638,7 +662,6 @@ struct waiter {
     rt_chan *ch;
     rt_chan_recv recv;
     rt_sleep sleep;
-    int status;
 };
 
 static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
@@ -651,11 +674,11 @@ static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
             RT_RETURN(&w->co, out, NULL);
         /* It holds the only sender: the receive never completes. */
         rt_chan_recv_init(&w->recv, w->ch);
-        RT_AWAIT(&w->co, rt_chan_recv_poll(&w->recv, cx, NULL, &w->status));
+        RT_AWAIT(&w->co, cx, &w->recv);
     } else {
         rt_sleep_init(&w->sleep, NULL, 60 * 1000000000LL);
-        RT_AWAIT(&w->co, rt_sleep_poll(&w->sleep, cx, &w->status));
-        EXPECT_OR(w->status, -ESHUTDOWN);
+        RT_AWAIT(&w->co, cx, &w->sleep);
+        EXPECT_OR((int)w->sleep.result, -ESHUTDOWN);
     }
     RT_CORO_END(&w->co, out);
 }
@@ -663,12 +686,12 @@ static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
 static void waiter_drop(void *p)
 {
     struct waiter *w = p;
-    rt_chan_recv_drop(&w->recv);
+    RT_DROP(&w->recv);
     if (w->ch != NULL) {
         rt_chan_sender_drop(w->ch);
         rt_chan_receiver_drop(w->ch, NULL, NULL);
     }
-    rt_sleep_drop(&w->sleep);
+    RT_DROP(&w->sleep);
     atomic_fetch_add(&ledger.dropped[w->slot], 1);
 }
 
@@ -693,9 +716,9 @@ struct pipe_exchange {
     struct root_head h;
     int fds[2];
     rt_io *ends[2];
+    rt_io_write_all wr;
+    rt_io_read rd;
     char buf[8];
-    size_t progress;
-    ssize_t result;
 };
 
 static rt_poll pipe_poll(void *p, rt_context *cx, void **out)
@@ -713,18 +736,22 @@ static rt_poll pipe_poll(void *p, rt_context *cx, void **out)
         }
         x->fds[i] = -1; /* the rt_io owns it now */
     }
-    RT_AWAIT(&x->h.co, rt_io_write_all(x->ends[1], cx, "pipe", 4, &x->progress, &x->result));
-    if (x->result != 4)
-        expect("pipe write", x->result < 0 ? (int)x->result : -EPROTO, NULL);
-    RT_AWAIT(&x->h.co, rt_io_read(x->ends[0], cx, x->buf, sizeof x->buf, &x->result));
-    if (x->result != 4 || memcmp(x->buf, "pipe", 4) != 0)
-        expect("pipe read", x->result < 0 ? (int)x->result : -EPROTO, NULL);
+    rt_io_write_all_init(&x->wr, x->ends[1], "pipe", 4);
+    RT_AWAIT(&x->h.co, cx, &x->wr);
+    if (x->wr.result != 4)
+        expect("pipe write", x->wr.result < 0 ? (int)x->wr.result : -EPROTO, NULL);
+    rt_io_read_init(&x->rd, x->ends[0], x->buf, sizeof x->buf);
+    RT_AWAIT(&x->h.co, cx, &x->rd);
+    if (x->rd.result != 4 || memcmp(x->buf, "pipe", 4) != 0)
+        expect("pipe read", x->rd.result < 0 ? (int)x->rd.result : -EPROTO, NULL);
     RT_CORO_END(&x->h.co, out);
 }
 
 static void pipe_drop(void *p)
 {
     struct pipe_exchange *x = p;
+    RT_DROP(&x->wr);
+    RT_DROP(&x->rd);
     for (int i = 0; i < 2; i++) {
         rt_io_close(x->ends[i]);
         if (x->fds[i] >= 0)

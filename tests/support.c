@@ -352,7 +352,9 @@ rt_poll drain_reader_poll(void *state, rt_context *cx, void **out)
     struct drain_reader *r = state;
     RT_CORO_BEGIN(&r->co);
     for (;;) {
-        RT_AWAIT(&r->co, rt_io_read(r->io, cx, &r->byte, 1, &r->result));
+        rt_io_read_init(&r->rd, r->io, &r->byte, 1);
+        RT_AWAIT(&r->co, cx, &r->rd);
+        r->result = (ssize_t)r->rd.result;
         if (r->result <= 0)
             break;
         if (r->each_byte != NULL)

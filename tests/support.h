@@ -292,13 +292,15 @@ void make_pipe(int fds[2]);
 
 /* A task that reads its descriptor one byte at a time until the end of the
  * stream, signalling `each_byte` (if not NULL) after every byte. Returns the
- * last read's result: 0 at the end of the stream, or a negative errno. */
+ * last read's result: 0 at the end of the stream, or a negative errno. Its
+ * state begins with its rt_coro, so rt_coro_drop may be its drop function. */
 struct drain_reader {
     rt_coro co;
     rt_io *io;
     struct event *each_byte;
     ssize_t result;
     unsigned char byte;
+    rt_io_read rd; /* the read in flight */
 };
 
 rt_poll drain_reader_poll(void *state, rt_context *cx, void **out);

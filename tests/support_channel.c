@@ -27,16 +27,16 @@ rt_poll oneshot_receiver_poll(void *state, rt_context *cx, void **out)
     struct oneshot_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_oneshot_recv_init(&r->op, r->o);
-    RT_AWAIT(&r->co, announce(rt_oneshot_recv_poll(&r->op, cx, &r->value, &r->status),
-                              &r->announced, r->pending));
+    RT_AWAIT_POLL(&r->co, announce(RT_POLL(&r->op, cx), &r->announced, r->pending));
+    r->status = (int)r->op.result;
+    r->value = r->op.value;
     if (r->res != NULL) {
         r->res->status = r->status;
         r->res->value = r->value;
-        r->res->again_value = V(1);
-        r->res->again_status = 1;
         /* The same operation, polled again after it completed. */
-        r->res->again =
-            rt_oneshot_recv_poll(&r->op, cx, &r->res->again_value, &r->res->again_status);
+        r->res->again = RT_POLL(&r->op, cx);
+        r->res->again_status = (int)r->op.result;
+        r->res->again_value = r->op.value;
     }
     RT_RETURN(&r->co, out, r->value);
     RT_CORO_END(&r->co, out);
@@ -45,7 +45,7 @@ rt_poll oneshot_receiver_poll(void *state, rt_context *cx, void **out)
 void oneshot_receiver_drop(void *state)
 {
     struct oneshot_receiver *r = state;
-    rt_oneshot_recv_drop(&r->op);
+    RT_DROP(&r->op);
     if (r->owns_receiver) {
         void *u = NULL;
         if (rt_oneshot_receiver_drop(r->o, &u) == 1)

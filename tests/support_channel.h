@@ -22,7 +22,8 @@ struct msg *new_msg(int seq);
 extern atomic_int disposed_free_count;
 void dispose_free(void *value, void *arg);
 
-/* What a oneshot_receiver saw: its receive, and a poll again after it. */
+/* What a oneshot_receiver saw: its receive, and a poll again after it (its
+ * answer, and the operation's result and value after it). */
 struct oneshot_result {
     int status;
     void *value;

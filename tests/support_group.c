@@ -5,7 +5,6 @@
 #endif
 #include "support_group.h"
 
-#include <limits.h>
 #include <string.h>
 
 struct event hand_woken = EVENT_INIT;
@@ -15,57 +14,85 @@ rt_context hand_context(void)
     return event_context(&hand_woken);
 }
 
-int hand_next(rt_group *g, int64_t timeout_ns, rt_group_result *res)
+/* Polls op (the timeout t around it when timed) by hand until ready and
+ * returns the result. */
+static int64_t hand_poll(rt_future *op, rt_timeout *t, bool timed, const char *what)
+{
+    rt_future *f = timed ? &t->future : op;
+    rt_context cx = hand_context();
+    for (;;) {
+        unsigned long seen = event_count(&hand_woken);
+        if (rt_future_poll(f, &cx) == RT_READY)
+            break;
+        cr_assert(event_wait_for(&hand_woken, seen + 1),
+                  "%s returned pending and never woke its waker", what);
+    }
+    int64_t result = f->result;
+    /* Finished: polled again it reports the same, and drops do nothing. */
+    cr_assert_eq(rt_future_poll(f, &cx), RT_READY, "%s: a second poll", what);
+    cr_assert_eq(f->result, result, "%s: a second poll changed the result", what);
+    rt_future_drop(f);
+    rt_future_drop(f); /* idempotent */
+    cr_assert_eq(f->result, result, "%s: a drop after RT_READY changed the result", what);
+    if (timed) {
+        cr_assert(rt_future_is_done(op), "%s: the timeout left its inner operation running", what);
+        if (result == -ETIMEDOUT || result == -ENOMEM || result == -ESHUTDOWN)
+            cr_assert_eq(op->result, -ECANCELED, "%s: the limit ended it (%s), but it has %lld",
+                         what, rt_strerror((int)result), (long long)op->result);
+        else
+            cr_assert_eq(op->result, result, "%s: the timeout changed the result", what);
+    }
+    return result;
+}
+
+int hand_next(rt_runtime *rt, rt_group *g, int64_t timeout_ns, rt_group_result *res)
 {
     rt_group_next op;
     memset(&op, 0, sizeof op);
-    int rc = rt_group_next_init(&op, g, timeout_ns);
+    int rc = rt_group_next_init(&op, g);
     cr_assert_eq(rc, 0, "rt_group_next_init: %s", rt_strerror(rc));
-    rt_context cx = hand_context();
-    int err = INT_MIN;
-    for (;;) {
-        unsigned long seen = event_count(&hand_woken);
-        if (rt_group_next_poll(&op, &cx, res, &err) == RT_READY)
-            break;
-        cr_assert(event_wait_for(&hand_woken, seen + 1),
-                  "rt_group_next_poll returned pending and never woke its waker");
+    rt_timeout t;
+    memset(&t, 0, sizeof t);
+    bool timed = timeout_ns >= 0;
+    if (timed) {
+        rc = rt_timeout_init(&t, rt, &op.future, timeout_ns);
+        cr_assert_eq(rc, 0, "rt_timeout_init: %s", rt_strerror(rc));
     }
-    rt_group_next_drop(&op);
-    rt_group_next_drop(&op); /* idempotent */
-    cr_assert_neq(err, INT_MIN, "rt_group_next_poll did not write *err");
-    return err;
+    int64_t result = hand_poll(&op.future, &t, timed, "rt_group_next");
+    if (result == 0)
+        *res = op.child;
+    return (int)result;
 }
 
-void assert_group_drained(rt_group *g)
+void assert_group_drained(rt_runtime *rt, rt_group *g)
 {
     rt_group_result res;
-    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "a next on an empty open group did not wait");
+    cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT,
+                 "a next on an empty open group did not wait");
     size_t failed;
-    cr_assert_eq(hand_wait(g, true, -1, &failed), 0);
-    cr_assert_eq(hand_next(g, -1, &res), -ECHILD, "a next on an empty closed group");
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
+    cr_assert_eq(hand_next(rt, g, -1, &res), -ECHILD, "a next on an empty closed group");
 }
 
-int hand_wait(rt_group *g, bool closing, int64_t timeout_ns, size_t *failed)
+int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed)
 {
     rt_group_wait op;
     memset(&op, 0, sizeof op);
-    int rc = closing ? rt_group_close_init(&op, g, timeout_ns)
-                     : rt_group_join_all_init(&op, g, timeout_ns);
+    int rc = closing ? rt_group_close_init(&op, g) : rt_group_join_all_init(&op, g);
     cr_assert_eq(rc, 0, "wait init: %s", rt_strerror(rc));
-    rt_context cx = hand_context();
-    int err = INT_MIN;
-    *failed = (size_t)-1;
-    for (;;) {
-        unsigned long seen = event_count(&hand_woken);
-        if (rt_group_wait_poll(&op, &cx, failed, &err) == RT_READY)
-            break;
-        cr_assert(event_wait_for(&hand_woken, seen + 1),
-                  "rt_group_wait_poll returned pending and never woke its waker");
+    rt_timeout t;
+    memset(&t, 0, sizeof t);
+    bool timed = timeout_ns >= 0;
+    if (timed) {
+        rc = rt_timeout_init(&t, rt, &op.future, timeout_ns);
+        cr_assert_eq(rc, 0, "rt_timeout_init: %s", rt_strerror(rc));
     }
-    rt_group_wait_drop(&op);
-    rt_group_wait_drop(&op); /* idempotent */
-    cr_assert_neq(err, INT_MIN, "rt_group_wait_poll did not write *err");
-    return err;
+    *failed = (size_t)-1;
+    int64_t result =
+        hand_poll(&op.future, &t, timed, closing ? "rt_group_close" : "rt_group_join_all");
+    if (result == 0)
+        *failed = op.failed;
+    return (int)result;
 }
 
 static void *box_new(int index)

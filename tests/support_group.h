@@ -13,17 +13,21 @@
 extern struct event hand_woken;
 rt_context hand_context(void);
 
-/* rt_group_next polled by hand on the test thread until ready. Returns the
- * status the poll reported. */
-int hand_next(rt_group *g, int64_t timeout_ns, rt_group_result *res);
+/* rt_group_next polled by hand on the test thread until ready, limited to
+ * timeout_ns by an rt_timeout on rt when timeout_ns >= 0 (rt may be NULL
+ * when there is no limit). Returns the result: the next's, or -ETIMEDOUT;
+ * *res receives the child collected when it is 0. */
+int hand_next(rt_runtime *rt, rt_group *g, int64_t timeout_ns, rt_group_result *res);
 
-/* Asserts that `g` has nothing left to collect: a next on it, open, waits
- * (it times out); once the group is closed, a next reports -ECHILD. */
-void assert_group_drained(rt_group *g);
+/* Asserts that `g` (a group of rt) has nothing left to collect: a next on
+ * it, open, waits (it times out); once the group is closed, a next reports
+ * -ECHILD. */
+void assert_group_drained(rt_runtime *rt, rt_group *g);
 
 /* rt_group_join_all (closing false) or rt_group_close (true) polled by hand
- * until ready. Returns the status; *failed receives the failed count. */
-int hand_wait(rt_group *g, bool closing, int64_t timeout_ns, size_t *failed);
+ * until ready, limited as hand_next. Returns the result; *failed receives
+ * the failed count when it is 0. */
+int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed);
 
 /* A result that owns memory, so that a lost one shows up as a leak. */
 #define BOX_MAGIC 0xB0C5B0C5u

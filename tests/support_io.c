@@ -41,10 +41,17 @@ rt_poll one_read_poll(void *state, rt_context *cx, void **out)
 {
     struct one_read *r = state;
     RT_CORO_BEGIN(&r->co);
-    RT_AWAIT(&r->co,
-             note_pending(rt_io_read(r->io, cx, r->buf, r->len, &r->result), &reader_pending));
+    rt_io_read_init(&r->rd, r->io, r->buf, r->len);
+    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL(&r->rd, cx), &reader_pending));
+    r->result = (ssize_t)r->rd.result;
     RT_RETURN(&r->co, out, (intptr_t)r->result);
     RT_CORO_END(&r->co, out);
+}
+
+void one_read_drop(void *state)
+{
+    struct one_read *r = state;
+    RT_DROP(&r->rd);
 }
 
 void tcp_pair(int fds[2])
@@ -73,7 +80,9 @@ rt_poll checking_reader_poll(void *state, rt_context *cx, void **out)
     struct checking_reader *s = state;
     RT_CORO_BEGIN(&s->co);
     while (s->off < s->expected) {
-        RT_AWAIT(&s->co, rt_io_read(s->io, cx, s->buf, s->chunk, &s->result));
+        rt_io_read_init(&s->rd, s->io, s->buf, s->chunk);
+        RT_AWAIT(&s->co, cx, &s->rd);
+        s->result = (ssize_t)s->rd.result;
         if (s->result < 0)
             RT_RETURN(&s->co, out, (intptr_t)s->result);
         if (s->result == 0)

@@ -22,22 +22,28 @@ void tcp_pair(int fds[2]);
 unsigned char pattern(size_t i);
 
 /* Reads once into the test's buffer, signalling reader_pending at every
- * pending poll; the result is the byte count or -errno. */
+ * pending poll; the result is the byte count or -errno. A read holds nothing
+ * but the waker it leaves in the rt_io, so the task needs no drop function;
+ * one_read_drop drops the read (for a task aborted while it waits, while
+ * its rt_io is still open). */
 struct one_read {
     rt_coro co;
     rt_io *io;
     size_t len;
     ssize_t result;
     unsigned char *buf; /* owned by the test */
+    rt_io_read rd;      /* the read */
 };
 
 extern struct event reader_pending;
 
 rt_poll one_read_poll(void *state, rt_context *cx, void **out);
+void one_read_drop(void *state);
 
 /* Reads and checks every byte against pattern() until `expected` bytes or
  * end of stream; the result is the byte count, or -errno, or -EILSEQ on a
- * wrong byte. */
+ * wrong byte. Its state begins with its rt_coro: rt_coro_drop may be its
+ * drop function. */
 struct checking_reader {
     rt_coro co;
     rt_io *io;
@@ -46,6 +52,7 @@ struct checking_reader {
     size_t off;
     size_t mismatch; /* first bad offset + 1, or 0 */
     ssize_t result;
+    rt_io_read rd; /* the read in flight */
     unsigned char buf[4096];
 };
 

@@ -20,7 +20,9 @@ rt_poll sem_waiter_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&w->co);
     if (rt_semaphore_acquire_init(&w->op, w->sem, w->want) != 0)
         RT_RETURN(&w->co, out, (intptr_t)-1);
-    RT_AWAIT(&w->co, announce(rt_semaphore_acquire_poll(&w->op, cx), &w->announced, w->queued));
+    RT_AWAIT_POLL(&w->co, announce(RT_POLL(&w->op, cx), &w->announced, w->queued));
+    if (w->op.result != 0)
+        RT_RETURN(&w->co, out, (intptr_t)w->op.result);
     record_rank(w->index);
     if (w->release_after)
         rt_semaphore_release(w->sem, w->want);
@@ -33,7 +35,7 @@ rt_poll sem_waiter_poll(void *state, rt_context *cx, void **out)
 void sem_waiter_drop(void *state)
 {
     struct sem_waiter *w = state;
-    rt_semaphore_acquire_drop(&w->op);
+    RT_DROP(&w->op);
     if (w->dropped != NULL)
         event_signal(w->dropped);
 }
@@ -51,7 +53,9 @@ rt_poll mutex_waiter_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&w->co);
     if (rt_mutex_lock_init(&w->op, w->m) != 0)
         RT_RETURN(&w->co, out, (intptr_t)-1);
-    RT_AWAIT(&w->co, announce(rt_mutex_lock_poll(&w->op, cx), &w->announced, w->queued));
+    RT_AWAIT_POLL(&w->co, announce(RT_POLL(&w->op, cx), &w->announced, w->queued));
+    if (w->op.result != 0)
+        RT_RETURN(&w->co, out, (intptr_t)w->op.result);
     record_rank(w->index);
     if (w->unlock_after)
         rt_mutex_unlock(w->m);
@@ -64,7 +68,7 @@ rt_poll mutex_waiter_poll(void *state, rt_context *cx, void **out)
 void mutex_waiter_drop(void *state)
 {
     struct mutex_waiter *w = state;
-    rt_mutex_lock_drop(&w->op);
+    RT_DROP(&w->op);
     if (w->dropped != NULL)
         event_signal(w->dropped);
 }

@@ -23,7 +23,8 @@ void record_rank(int index);
 /* Acquires `want` permits; announces `queued` once waiting, records its rank
  * and signals `acquired` once it has them; then either keeps them (the test
  * releases them) or, with release_after, gives them straight back. Returns
- * 1 once acquired. The drop drops the operation and signals `dropped`. */
+ * 1 once acquired, or the acquisition's negative result when it failed. The
+ * drop drops the operation and signals `dropped`. */
 struct sem_waiter {
     rt_coro co;
     rt_semaphore *sem;

@@ -18,10 +18,8 @@ rt_poll plain_sleep_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&p->co);
     if (rt_sleep_init(&p->s, NULL, p->duration) != 0)
         RT_RETURN(&p->co, out, (intptr_t)-1);
-    p->armed = true;
-    RT_AWAIT(&p->co, rt_sleep_poll(&p->s, cx, &p->err));
-    rt_sleep_drop(&p->s);
-    p->armed = false;
+    RT_AWAIT(&p->co, cx, &p->s);
+    p->err = (int)p->s.result;
     RT_RETURN(&p->co, out, (intptr_t)p->err);
     RT_CORO_END(&p->co, out);
 }
@@ -29,7 +27,5 @@ rt_poll plain_sleep_poll(void *state, rt_context *cx, void **out)
 void plain_sleep_drop(void *state)
 {
     struct plain_sleep *p = state;
-    if (p->armed)
-        rt_sleep_drop(&p->s);
-    p->armed = false;
+    RT_DROP(&p->s);
 }

@@ -18,11 +18,11 @@
 int64_t finish_runtime_timed(rt_runtime *rt, int expected_cancelled);
 
 /* A task that sleeps `duration` (the sleep initialised in its first poll)
- * and finishes with the sleep's status; its drop drops a sleep still armed. */
+ * and finishes with the sleep's result; its drop drops a sleep still armed
+ * (dropping one that finished, or was never initialised, does nothing). */
 struct plain_sleep {
     rt_coro co;
     int64_t duration;
-    bool armed;
     int err;
     rt_sleep s;
 };

@@ -73,9 +73,8 @@ Test(blocking, config_defaults_and_invalid_pool_settings)
 struct joiner {
     rt_coro co;
     rt_task *job;
+    rt_task_join join;
     int spawn_rc;
-    int status;
-    void *value;
     int k;
     uintptr_t sum;
     int bad;
@@ -91,11 +90,11 @@ static rt_poll joiner_poll(void *state, rt_context *cx, void **out)
         j->spawn_rc = rt_spawn_blocking(NULL, quick_job, (void *)(uintptr_t)(100 * j->k), &j->job);
         if (j->spawn_rc != 0)
             RT_RETURN(&j->co, out, NULL);
-        j->status = INT_MIN;
-        RT_AWAIT(&j->co, rt_task_join(j->job, cx, &j->value, &j->status));
-        if (j->status != 0 || j->value != (void *)(uintptr_t)(100 * j->k + 1))
+        rt_task_join_init(&j->join, j->job);
+        RT_AWAIT(&j->co, cx, &j->join);
+        if (j->join.result != 0 || j->join.value != (void *)(uintptr_t)(100 * j->k + 1))
             j->bad++;
-        j->sum += (uintptr_t)j->value;
+        j->sum += (uintptr_t)j->join.value;
     }
     RT_RETURN(&j->co, out, 1);
     RT_CORO_END(&j->co, out);
@@ -217,8 +216,8 @@ struct unblocker {
     rt_coro co;
     rt_task *job;
     rt_task *task;
-    void *value;
-    int status;
+    rt_task_join join_job;
+    rt_task_join join_task;
 };
 
 /* On a one-worker runtime: a blocking job that waits for a task, and that
@@ -234,9 +233,11 @@ static rt_poll unblocker_poll(void *state, rt_context *cx, void **out)
         rt_task_detach(u->job);
         RT_RETURN(&u->co, out, NULL);
     }
-    RT_AWAIT(&u->co, rt_task_join(u->job, cx, &u->value, &u->status));
-    RT_AWAIT(&u->co, rt_task_join(u->task, cx, NULL, NULL));
-    RT_RETURN(&u->co, out, u->status == 0 ? u->value : NULL);
+    rt_task_join_init(&u->join_job, u->job);
+    rt_task_join_init(&u->join_task, u->task);
+    RT_AWAIT(&u->co, cx, &u->join_job);
+    RT_AWAIT(&u->co, cx, &u->join_task);
+    RT_RETURN(&u->co, out, u->join_job.result == 0 ? u->join_job.value : NULL);
     RT_CORO_END(&u->co, out);
 }
 

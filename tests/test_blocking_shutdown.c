@@ -39,8 +39,7 @@ static struct event aborted = EVENT_INIT;
 struct abort_joiner {
     rt_coro co;
     rt_task *job;
-    void *value;
-    int status;
+    rt_task_join join;
 };
 
 /* Spawns a job that queues behind the held one, aborts it and joins it. */
@@ -54,11 +53,11 @@ static rt_poll abort_joiner_poll(void *state, rt_context *cx, void **out)
     }
     rt_task_abort(a->job);
     event_signal(&aborted);
-    a->status = INT_MIN;
-    RT_AWAIT(&a->co, rt_task_join(a->job, cx, &a->value, &a->status));
-    if (a->value != NULL)
+    rt_task_join_init(&a->join, a->job);
+    RT_AWAIT(&a->co, cx, &a->join);
+    if (a->join.value != NULL)
         RT_RETURN(&a->co, out, (intptr_t)INT_MAX);
-    RT_RETURN(&a->co, out, (intptr_t)a->status);
+    RT_RETURN(&a->co, out, (intptr_t)a->join.result);
     RT_CORO_END(&a->co, out);
 }
 

@@ -67,7 +67,9 @@ static rt_poll mc_receiver_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&r->co);
     for (;;) {
         rt_chan_recv_init(&r->op, r->ch);
-        RT_AWAIT(&r->co, rt_chan_recv_poll(&r->op, cx, &r->value, &r->status));
+        RT_AWAIT(&r->co, cx, &r->op);
+        r->status = (int)r->op.result;
+        r->value = r->op.value;
         if (r->status != 0)
             break;
         record(r->value);
@@ -83,7 +85,7 @@ static rt_poll mc_receiver_poll(void *state, rt_context *cx, void **out)
 static void mc_receiver_drop(void *state)
 {
     struct mc_receiver *r = state;
-    rt_chan_recv_drop(&r->op);
+    RT_DROP(&r->op);
     rt_chan_receiver_drop(r->ch, NULL, NULL);
 }
 
@@ -208,28 +210,28 @@ Test(channel, a_waiting_senders_value_moved_in_by_a_woken_receive_wakes_the_next
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(1)), 0); /* promised to r1 */
     rt_chan_send send;
     cr_assert_eq(rt_chan_send_init(&send, ch, V(2)), 0);
-    cr_assert_eq(rt_chan_send_poll(&send, &hs.cx, NULL), RT_PENDING, "the buffer is full");
-    void *v = NULL;
-    int st = 1;
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
-    cr_assert_eq(v, V(1));
+    cr_assert_eq(RT_POLL(&send, &hs.cx), RT_PENDING, "the buffer is full");
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(r1.result, 0);
+    cr_assert_eq(r1.value, V(1));
     /* Taking 1 moved 2 in: it is r2's now. */
     cr_assert_eq(counting_wakes(&h2.w), 1, "the value moved in woke nobody");
+    void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN, "a try took the value promised to r2");
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(v, V(2));
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(r2.result, 0);
+    cr_assert_eq(r2.value, V(2));
     cr_assert_eq(counting_wakes(&hs.w), 1);
-    cr_assert_eq(rt_chan_send_poll(&send, &hs.cx, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    rt_chan_send_drop(&send);
-    rt_chan_recv_drop(&r1);
-    rt_chan_recv_drop(&r2);
+    cr_assert_eq(RT_POLL(&send, &hs.cx), RT_READY);
+    cr_assert_eq(send.result, 0);
+    RT_DROP(&send);
+    RT_DROP(&r1);
+    RT_DROP(&r2);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
     cr_assert_eq(counting_outstanding(&h1.w), 0);
@@ -257,7 +259,7 @@ static void letgo_wake_by_ref(const void *data)
 {
     struct letgo *l = (struct letgo *)data;
     if (l->woken++ == 0) {
-        rt_chan_recv_drop(&l->op);
+        RT_DROP(&l->op);
         rt_chan_receiver_drop(l->ch, NULL, NULL);
     }
 }
@@ -274,10 +276,10 @@ Test(channel, a_receiver_letting_go_in_its_end_of_stream_wake_leaves_the_channel
 {
     rt_chan *ch = NULL;
     cr_assert_eq(rt_chan_new(1, &ch), 0);
-    struct letgo l = {ch, {0}, 0};
+    struct letgo l = {.ch = ch, .woken = 0};
     cr_assert_eq(rt_chan_recv_init(&l.op, ch), 0);
     rt_context cx = {{&letgo_vtable, &l}};
-    cr_assert_eq(rt_chan_recv_poll(&l.op, &cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&l.op, &cx), RT_PENDING);
     /* The last sender wakes the receive to see the end; the receiver lets
      * go of everything inside that wake, while the sender's drop has yet to
      * take the channel's lock again. The channel is freed once, after. */

@@ -65,6 +65,16 @@ Test(channel, chan_new_rejects_bad_arguments)
     rt_chan_send op;
     cr_assert_eq(rt_chan_send_init(NULL, ch, V(1)), -EINVAL);
     cr_assert_eq(rt_chan_send_init(&op, NULL, V(1)), -EINVAL);
+    /* The failed init left the send finished with its error. */
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -EINVAL);
+    rt_chan_recv rop;
+    cr_assert_eq(rt_chan_recv_init(NULL, ch), -EINVAL);
+    cr_assert_eq(rt_chan_recv_init(&rop, NULL), -EINVAL);
+    cr_assert_eq(RT_POLL(&rop, &cx), RT_READY);
+    cr_assert_eq(rop.result, -EINVAL);
+    cr_assert_null(rop.value);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
 
@@ -78,13 +88,19 @@ Test(channel, chan_zero_initialised_send_may_be_dropped)
 {
     rt_chan_send op;
     memset(&op, 0, sizeof op);
-    cr_assert_eq(rt_chan_send_drop(&op), 0);
-    cr_assert_eq(rt_chan_send_drop(&op), 0);
+    /* Polled, a zeroed send finishes at once with -EINVAL. */
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -EINVAL);
+    memset(&op, 0, sizeof op);
+    RT_DROP(&op);
+    RT_DROP(&op);
     rt_chan *ch = NULL;
     cr_assert_eq(rt_chan_new(2, &ch), 0);
     /* Initialised but never polled: dropping it sends nothing. */
     cr_assert_eq(rt_chan_send_init(&op, ch, V(1)), 0);
-    cr_assert_eq(rt_chan_send_drop(&op), 0);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, -ECANCELED, "a send dropped unpolled reported it sent");
     cr_assert_eq(rt_chan_len(ch), 0);
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN);
@@ -141,10 +157,9 @@ Test(channel, chan_send_stays_pending_on_a_full_channel_until_a_receive)
     struct hand h;
     hand_init(&h);
     rt_chan_send op;
-    int st = 1;
     cr_assert_eq(rt_chan_send_init(&op, ch, V(0xC)), 0);
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN);
     cr_assert_eq(rt_chan_len(ch), 1);
@@ -153,9 +168,14 @@ Test(channel, chan_send_stays_pending_on_a_full_channel_until_a_receive)
     cr_assert_eq(v, V(0xA));
     cr_assert_eq(counting_wakes(&h.w), 1, "the waiting sender was not woken by the receive");
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN, "try_send overtook the waiting sender");
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(rt_chan_send_drop(&op), 0, "drop after RT_READY must report 0");
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
+    /* Finished: polled again it reports the same, and sends nothing more. */
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
+    cr_assert_eq(rt_chan_len(ch), 1, "a second poll sent the value again");
+    RT_DROP(&op);
+    cr_assert_eq(op.result, 0, "drop after RT_READY changed the result");
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(0xC));
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN);
@@ -175,11 +195,10 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
     cr_assert_eq(rt_chan_try_send(ch, V(100)), 0);
     struct hand h[N + 1];
     rt_chan_send op[N + 1];
-    int st[N + 1];
     for (int i = 1; i <= N; i++) {
         hand_init(&h[i]);
         cr_assert_eq(rt_chan_send_init(&op[i], ch, V(100 + i)), 0);
-        cr_assert_eq(rt_chan_send_poll(&op[i], &h[i].cx, &st[i]), RT_PENDING);
+        cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING);
     }
     for (int k = 1; k <= N; k++) {
         void *v = NULL;
@@ -191,10 +210,10 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
         cr_assert_eq(rt_chan_try_send(ch, V(999)), -EAGAIN,
                      "try_send overtook waiting senders (receive %d)", k);
         for (int i = N; i > k; i--)
-            cr_assert_eq(rt_chan_send_poll(&op[i], &h[i].cx, &st[i]), RT_PENDING,
-                         "sender %d overtook sender %d", i, k);
-        cr_assert_eq(rt_chan_send_poll(&op[k], &h[k].cx, &st[k]), RT_READY, "sender %d", k);
-        cr_assert_eq(st[k], 0);
+            cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING, "sender %d overtook sender %d", i,
+                         k);
+        cr_assert_eq(RT_POLL(&op[k], &h[k].cx), RT_READY, "sender %d", k);
+        cr_assert_eq(op[k].result, 0);
     }
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
@@ -215,36 +234,39 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
     hand_init(&h1);
     hand_init(&h2);
     rt_chan_send op1, op2;
-    int st = 1;
     cr_assert_eq(rt_chan_send_init(&op1, ch, V(2)), 0);
     cr_assert_eq(rt_chan_send_init(&op2, ch, V(3)), 0);
-    cr_assert_eq(rt_chan_send_poll(&op1, &h1.cx, &st), RT_PENDING);
-    cr_assert_eq(rt_chan_send_poll(&op2, &h2.cx, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_PENDING);
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(1));
     cr_assert_eq(counting_wakes(&h1.w), 1);
-    /* op1 is dropped before its poll reports: the drop says whether its
-     * value went in, and the channel agrees. */
-    int accepted = rt_chan_send_drop(&op1);
-    cr_assert(accepted == 0 || accepted == 1, "rt_chan_send_drop returned %d", accepted);
-    cr_assert_eq(rt_chan_send_drop(&op1), 0, "a second drop must report 0");
-    if (accepted == 1) {
+    /* op1 is dropped before its poll reports: its result after the drop
+     * says whether its value went in (0) or not (-ECANCELED), and the
+     * channel agrees. */
+    RT_DROP(&op1);
+    cr_assert(op1.result == 0 || op1.result == -ECANCELED, "the dropped send's result: %lld",
+              (long long)op1.result);
+    int accepted = op1.result == 0;
+    RT_DROP(&op1);
+    cr_assert_eq(op1.result, accepted ? 0 : -ECANCELED, "a second drop changed the result");
+    if (accepted) {
         cr_assert_eq(rt_chan_len(ch), 1);
         cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
-        cr_assert_eq(v, V(2), "drop reported 1 but the channel holds %p", v);
+        cr_assert_eq(v, V(2), "the drop reported it sent but the channel holds %p", v);
     } else {
         /* Not sent: the room it leaves goes to the next waiting sender. */
         cr_assert_eq(counting_wakes(&h2.w), 1, "the next sender was not served");
     }
-    cr_assert_eq(rt_chan_send_poll(&op2, &h2.cx, &st), RT_READY);
-    cr_assert_eq(st, 0);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(op2.result, 0);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(3));
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN, "an extra value is buffered");
     cr_assert_eq(counting_outstanding(&h1.w), 0);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
-    cr_log_info("rt_chan_send_drop after a receive made room: %d", accepted);
+    cr_log_info("send dropped after a receive made room: %s", accepted ? "sent" : "not sent");
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
 }
@@ -259,27 +281,31 @@ Test(channel, chan_receives_polled_by_hand_are_served_oldest_first)
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    void *v = V(1);
-    int st = 1;
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(0x77)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1, "the oldest receive was not woken");
     cr_assert_eq(counting_wakes(&h2.w), 0, "one value woke two receives");
     /* The value is promised to r1: a try does not barge. */
+    void *v = V(1);
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN);
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(v, V(0x77));
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, -EALREADY, "a poll after completion");
-    rt_chan_recv_drop(&r1); /* after completion: nothing to do */
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(r1.result, 0);
+    cr_assert_eq(r1.value, V(0x77));
+    /* A poll after completion reports the same and takes no other value. */
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY, "a poll after completion");
+    cr_assert_eq(r1.result, 0, "a poll after completion");
+    cr_assert_eq(r1.value, V(0x77), "a poll after completion");
+    RT_DROP(&r1); /* after completion: nothing to do */
+    cr_assert_eq(r1.result, 0);
     cr_assert_eq(rt_chan_try_send(ch, V(0x78)), 0);
     cr_assert_eq(counting_wakes(&h2.w), 1);
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_READY,
-                 "value and status may be NULL");
-    rt_chan_recv_drop(&r2);
-    rt_chan_recv_drop(&r2); /* idempotent */
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(r2.result, 0);
+    cr_assert_eq(r2.value, V(0x78), "the second receive got %p", r2.value);
+    RT_DROP(&r2);
+    RT_DROP(&r2); /* idempotent */
+    cr_assert_eq(r2.result, 0);
     cr_assert_eq(rt_chan_len(ch), 0);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -297,20 +323,19 @@ Test(channel, chan_a_woken_receive_dropped_unpolled_passes_its_value_on)
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    cr_assert_eq(rt_chan_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(5)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1);
     /* r1's task was aborted before its next poll: its wake goes to r2, and
      * the value stays in the channel for it. */
-    rt_chan_recv_drop(&r1);
+    RT_DROP(&r1);
+    cr_assert_eq(r1.result, -ECANCELED);
     cr_assert_eq(counting_wakes(&h2.w), 1, "the dropped receive kept the wake to itself");
-    void *v = NULL;
-    int st = 1;
-    cr_assert_eq(rt_chan_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(v, V(5));
-    rt_chan_recv_drop(&r2);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(r2.result, 0);
+    cr_assert_eq(r2.value, V(5));
+    RT_DROP(&r2);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
     cr_assert_eq(counting_outstanding(&h1.w), 0);
@@ -318,13 +343,18 @@ Test(channel, chan_a_woken_receive_dropped_unpolled_passes_its_value_on)
 }
 
 /* One receive polled once with cx, then dropped (a waiting one leaves the
- * queue). Returns the poll's result. */
+ * queue). Returns the poll's answer; when it is RT_READY, *v and *st
+ * receive the operation's value and result. */
 static rt_poll recv_once(rt_chan *ch, rt_context *cx, void **v, int *st)
 {
     rt_chan_recv op;
     cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
-    rt_poll r = rt_chan_recv_poll(&op, cx, v, st);
-    rt_chan_recv_drop(&op);
+    rt_poll r = RT_POLL(&op, cx);
+    if (r == RT_READY) {
+        *v = op.value;
+        *st = (int)op.result;
+    }
+    RT_DROP(&op);
     return r;
 }
 
@@ -367,16 +397,17 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_eq(rt_chan_sender_clone(ch), 0);
     rt_chan_recv op;
     cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
-    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 0, "woken while a sender remained");
-    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 1,
                  "the waiting receiver was not woken by the last sender's drop");
-    cr_assert_eq(rt_chan_recv_poll(&op, &h.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, -EPIPE);
-    rt_chan_recv_drop(&op);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, -EPIPE);
+    cr_assert_null(op.value, "end of stream must give a NULL value");
+    RT_DROP(&op);
     rt_chan_receiver_drop(ch, NULL, NULL);
     cr_assert_eq(counting_outstanding(&h.w), 0);
 }
@@ -409,11 +440,10 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     hand_init(&hb);
     hand_init(&hc);
     rt_chan_send sb, sc;
-    int stb = 1, stc = 1;
     cr_assert_eq(rt_chan_send_init(&sb, ch, b), 0);
     cr_assert_eq(rt_chan_send_init(&sc, ch, c), 0);
-    cr_assert_eq(rt_chan_send_poll(&sb, &hb.cx, &stb), RT_PENDING);
-    cr_assert_eq(rt_chan_send_poll(&sc, &hc.cx, &stc), RT_PENDING);
+    cr_assert_eq(RT_POLL(&sb, &hb.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&sc, &hc.cx), RT_PENDING);
 
     /* A foreign thread blocked in a send too (or about to be). */
     static struct blocked_sender bs = {NULL, NULL, 0, 1, EVENT_INIT};
@@ -427,10 +457,10 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     rt_chan_close(ch);
     cr_assert_eq(counting_wakes(&hb.w), 1, "a waiting sender was not woken by close");
     cr_assert_eq(counting_wakes(&hc.w), 1, "a waiting sender was not woken by close");
-    cr_assert_eq(rt_chan_send_poll(&sb, &hb.cx, &stb), RT_READY);
-    cr_assert_eq(stb, -EPIPE);
-    cr_assert_eq(rt_chan_send_poll(&sc, &hc.cx, &stc), RT_READY);
-    cr_assert_eq(stc, -EPIPE);
+    cr_assert_eq(RT_POLL(&sb, &hb.cx), RT_READY);
+    cr_assert_eq(sb.result, -EPIPE);
+    cr_assert_eq(RT_POLL(&sc, &hc.cx), RT_READY);
+    cr_assert_eq(sc.result, -EPIPE);
     free(b); /* refused: still ours */
     free(c);
     pthread_join(thread, NULL);
@@ -439,11 +469,10 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     free(d);
     cr_assert_eq(rt_chan_send_blocking(ch, V(6), 0), -EPIPE);
     rt_chan_send se;
-    int ste = 1;
     rt_context cx = noop_context();
     cr_assert_eq(rt_chan_send_init(&se, ch, V(7)), 0);
-    cr_assert_eq(rt_chan_send_poll(&se, &cx, &ste), RT_READY);
-    cr_assert_eq(ste, -EPIPE);
+    cr_assert_eq(RT_POLL(&se, &cx), RT_READY);
+    cr_assert_eq(se.result, -EPIPE);
 
     /* What was buffered before the close is still received, then -EPIPE. */
     cr_assert_eq(rt_chan_len(ch), 1);
@@ -482,9 +511,8 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     struct hand h;
     hand_init(&h);
     rt_chan_send op;
-    int st = 1;
     cr_assert_eq(rt_chan_send_init(&op, ch, waiting), 0);
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
 
     struct disposal d;
     memset(&d, 0, sizeof d);
@@ -495,8 +523,8 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     cr_assert_eq(d.arg_seen, &d);
     cr_assert_eq(counting_wakes(&h.w), 1,
                  "the waiting sender was not woken by the receiver's drop");
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
-    cr_assert_eq(st, -EPIPE);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, -EPIPE);
     free(waiting); /* refused: still ours, and not disposed */
     struct msg *late = new_msg(100);
     cr_assert_eq(rt_chan_try_send(ch, late), -EPIPE);

@@ -58,27 +58,27 @@ Test(channel, oneshot_recv_polled_by_hand_is_woken_once_and_hands_the_value_out_
     hand_init(&h);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    void *v = V(1);
-    int st = 1;
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_oneshot_send(o, V(5)), 0);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was woken %ld times", counting_wakes(&h.w));
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(v, V(5));
-    v = V(1);
-    st = 1;
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY,
-                 "a later poll is not ready again");
-    cr_assert_null(v, "the value was handed out twice");
-    cr_assert_eq(st, -EALREADY);
-    rt_oneshot_recv_drop(&op); /* after completion: nothing to do */
-    /* A new receive after the value was taken: -EALREADY too. */
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
+    cr_assert_eq(op.value, V(5));
+    /* A later poll is ready again with the same result, and takes nothing. */
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY, "a later poll is not ready again");
+    cr_assert_eq(op.result, 0);
+    cr_assert_eq(op.value, V(5));
+    RT_DROP(&op); /* after completion: nothing to do */
+    cr_assert_eq(op.result, 0, "a drop after completion changed the result");
+    void *v = V(1);
+    cr_assert_eq(rt_oneshot_try_recv(o, &v), -EALREADY, "the value was handed out twice");
+    /* A new receive after the value was taken: -EALREADY. */
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, NULL, &st), RT_READY);
-    cr_assert_eq(st, -EALREADY);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, -EALREADY);
+    cr_assert_null(op.value, "the value was handed out twice");
     void *u = V(1);
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
     cr_assert_null(u);
@@ -95,33 +95,33 @@ Test(channel, oneshot_a_second_receive_while_one_waits_is_ebusy_not_a_silent_han
     rt_oneshot_recv r1, r2;
     cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
-    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
-    void *v = V(1);
-    int st = 1;
-    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, &v, &st), RT_READY,
-                 "a second receive waited behind the first");
-    cr_assert_eq(st, -EBUSY);
-    cr_assert_null(v);
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY, "a second receive waited behind the first");
+    cr_assert_eq(r2.result, -EBUSY);
+    cr_assert_null(r2.value);
+    void *v = NULL;
     cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -EBUSY);
     cr_assert_eq(counting_outstanding(&h2.w), 0, "the refused receive's waker was kept");
     /* The first still gets the value. */
     cr_assert_eq(rt_oneshot_send(o, V(9)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1);
-    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, 0);
-    cr_assert_eq(v, V(9));
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(r1.result, 0);
+    cr_assert_eq(r1.value, V(9));
     /* Once the first one is dropped while waiting, a second may wait. */
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
     cr_assert_eq(rt_oneshot_new(&o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
-    cr_assert_eq(rt_oneshot_recv_poll(&r1, &h1.cx, NULL, NULL), RT_PENDING);
-    rt_oneshot_recv_drop(&r1);
-    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, NULL, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    RT_DROP(&r1);
+    cr_assert_eq(r1.result, -ECANCELED);
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_oneshot_send(o, V(3)), 0);
     cr_assert_eq(counting_wakes(&h2.w), 1);
-    cr_assert_eq(rt_oneshot_recv_poll(&r2, &h2.cx, &v, &st), RT_READY);
-    cr_assert_eq(v, V(3));
+    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(r2.result, 0);
+    cr_assert_eq(r2.value, V(3));
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
     cr_assert_eq(counting_outstanding(&h1.w), 0);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
@@ -135,13 +135,13 @@ Test(channel, oneshot_sender_dropped_without_sending_gives_epipe)
     hand_init(&h);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    void *v = NULL;
-    int st = 1;
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_oneshot_sender_drop(o);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was not woken by the sender's drop");
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, &v, &st), RT_READY);
-    cr_assert_eq(st, -EPIPE);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, -EPIPE);
+    cr_assert_null(op.value);
+    void *v = NULL;
     void *u = V(1);
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
     cr_assert_null(u);
@@ -172,8 +172,9 @@ Test(channel, oneshot_receiver_dropped_first_send_gets_epipe_and_keeps_the_value
     cr_assert_eq(rt_oneshot_new(&o), 0);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(rt_oneshot_recv_poll(&op, &h.cx, NULL, NULL), RT_PENDING);
-    rt_oneshot_recv_drop(&op);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(counting_outstanding(&h.w), 0, "the dropped receive's waker was kept");
     cr_assert_eq(rt_oneshot_receiver_drop(o, &u), 0);
     m = new_msg(2);
@@ -281,9 +282,12 @@ Test(channel, oneshot_recv_in_a_task_sent_from_a_foreign_thread)
     cr_assert_eq(v, V(0xAB));
     cr_assert_eq(res.status, 0);
     cr_assert_eq(res.value, V(0xAB));
+    /* Polled again, the finished receive reports the same result and value,
+     * and the oneshot does not hand the value out a second time. */
     cr_assert_eq(res.again, RT_READY);
-    cr_assert_eq(res.again_status, -EALREADY);
-    cr_assert_null(res.again_value);
+    cr_assert_eq(res.again_status, 0);
+    cr_assert_eq(res.again_value, V(0xAB));
+    cr_assert_eq(rt_oneshot_try_recv(o, &v), -EALREADY, "the value was handed out twice");
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
     finish_runtime(rt, 0);
 }

@@ -36,11 +36,11 @@ TestSuite(channel, .timeout = 120, .fini = fail_on_leaks);
 
 /* Sends one value with a send operation. owns_value: the value is a heap
  * value the task frees unless it was sent (then it is the channel's): the
- * send's poll said so, or rt_chan_send_drop returned 1 (recorded in
+ * send finished with result 0, or it was dropped unfinished and the drop
+ * left its result 0 (a receive took the value just before: recorded in
  * *accepted_by_drop); the drop records in *freed_unsent that it freed an
- * unsent value. holds_ref:
- * the task owns a sender reference, given back when it finishes or is
- * dropped. Returns the send's status. */
+ * unsent value. holds_ref: the task owns a sender reference, given back
+ * when it finishes or is dropped. Returns the send's result. */
 struct chan_sender {
     rt_coro co;
     rt_chan *ch;
@@ -48,9 +48,12 @@ struct chan_sender {
     bool owns_value;
     bool holds_ref;
     bool announced;
+    bool initialised; /* op was initialised */
     int status;
     bool *freed_unsent;
-    int *accepted_by_drop; /* set to 1 when rt_chan_send_drop returned 1 */
+    /* 1: the drop of the unfinished send found it sent; -1: the drop of a
+     * send that had finished changed its result */
+    int *accepted_by_drop;
     struct event *pending;
     struct event *dropped;
     rt_chan_send op;
@@ -62,8 +65,9 @@ static rt_poll chan_sender_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     if (rt_chan_send_init(&s->op, s->ch, s->value) != 0)
         RT_RETURN(&s->co, out, (intptr_t)-1000);
-    RT_AWAIT(&s->co,
-             announce(rt_chan_send_poll(&s->op, cx, &s->status), &s->announced, s->pending));
+    s->initialised = true;
+    RT_AWAIT_POLL(&s->co, announce(RT_POLL(&s->op, cx), &s->announced, s->pending));
+    s->status = (int)s->op.result;
     if (s->status == 0)
         s->owns_value = false; /* the channel's now */
     RT_RETURN(&s->co, out, (intptr_t)s->status);
@@ -73,12 +77,16 @@ static rt_poll chan_sender_poll(void *state, rt_context *cx, void **out)
 static void chan_sender_drop(void *state)
 {
     struct chan_sender *s = state;
-    int accepted = rt_chan_send_drop(&s->op);
-    if (accepted == 1) {
+    bool finished = rt_future_is_done(&s->op.future);
+    int64_t before = s->op.result;
+    RT_DROP(&s->op);
+    if (finished) {
+        /* Finished by a poll: the drop must change nothing. */
+        if (s->op.result != before && s->accepted_by_drop != NULL)
+            *s->accepted_by_drop = -1;
+    } else if (s->initialised && s->op.result == 0) {
         /* A receive moved the value into the channel just before the drop:
          * it is the receiver side's now. */
-        if (!s->owns_value && s->accepted_by_drop != NULL)
-            *s->accepted_by_drop = -1; /* accepted twice: report it */
         s->owns_value = false;
         if (s->accepted_by_drop != NULL && *s->accepted_by_drop == 0)
             *s->accepted_by_drop = 1;
@@ -123,8 +131,9 @@ static rt_poll chan_receiver_poll(void *state, rt_context *cx, void **out)
     struct chan_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_chan_recv_init(&r->op, r->ch);
-    RT_AWAIT(&r->co, announce(rt_chan_recv_poll(&r->op, cx, &r->value, &r->status), &r->announced,
-                              r->pending));
+    RT_AWAIT_POLL(&r->co, announce(RT_POLL(&r->op, cx), &r->announced, r->pending));
+    r->status = (int)r->op.result;
+    r->value = r->op.value;
     if (r->status == -EPIPE)
         RT_RETURN(&r->co, out, EPIPE_TOKEN);
     if (r->status != 0)
@@ -136,7 +145,7 @@ static rt_poll chan_receiver_poll(void *state, rt_context *cx, void **out)
 static void chan_receiver_drop(void *state)
 {
     struct chan_receiver *r = state;
-    rt_chan_recv_drop(&r->op);
+    RT_DROP(&r->op);
     if (r->owns_receiver)
         rt_chan_receiver_drop(r->ch, dispose_free, NULL);
     r->owns_receiver = false;
@@ -172,7 +181,6 @@ struct mp_producer {
     uint32_t id;
     uint32_t seq;
     uint32_t count;
-    int status;
     bool holds_ref;
     rt_chan_send op;
 };
@@ -185,8 +193,8 @@ static rt_poll mp_producer_poll(void *state, rt_context *cx, void **out)
         if (p->seq % 4 == 1 && rt_chan_try_send(p->ch, ENCODE(p->id, p->seq)) == 0)
             continue;
         rt_chan_send_init(&p->op, p->ch, ENCODE(p->id, p->seq));
-        RT_AWAIT(&p->co, rt_chan_send_poll(&p->op, cx, &p->status));
-        if (p->status != 0) {
+        RT_AWAIT(&p->co, cx, &p->op);
+        if (p->op.result != 0) {
             atomic_fetch_add(&mp_send_errors, 1);
             break;
         }
@@ -200,7 +208,7 @@ static rt_poll mp_producer_poll(void *state, rt_context *cx, void **out)
 static void mp_producer_drop(void *state)
 {
     struct mp_producer *p = state;
-    rt_chan_send_drop(&p->op);
+    RT_DROP(&p->op);
     if (p->holds_ref)
         rt_chan_sender_drop(p->ch);
     p->holds_ref = false;
@@ -238,8 +246,6 @@ struct mp_consumer {
     rt_coro co;
     rt_chan *ch;
     rt_chan_recv op;
-    void *v;
-    int status;
     struct mp_tally *tally;
 };
 
@@ -263,12 +269,12 @@ static rt_poll mp_consumer_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&c->co);
     for (;;) {
         rt_chan_recv_init(&c->op, c->ch);
-        RT_AWAIT(&c->co, rt_chan_recv_poll(&c->op, cx, &c->v, &c->status));
-        if (c->status != 0)
+        RT_AWAIT(&c->co, cx, &c->op);
+        if (c->op.result != 0)
             break;
-        mp_tally_one(c->tally, c->v);
+        mp_tally_one(c->tally, c->op.value);
     }
-    c->tally->last_status = c->status;
+    c->tally->last_status = (int)c->op.result;
     RT_RETURN(&c->co, out, NULL);
     RT_CORO_END(&c->co, out);
 }
@@ -446,19 +452,18 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     struct hand h;
     hand_init(&h);
     rt_chan_send op;
-    int st = 1;
     cr_assert_eq(rt_chan_send_init(&op, ch, V(3)), 0);
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_task_abort(task);
     cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert(freed_unsent, "rt_chan_send_drop said a send nobody received from was accepted");
+    cr_assert(freed_unsent, "the drop said a send nobody received from was sent");
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, first);
     free(first);
     cr_assert_eq(counting_wakes(&h.w), 1, "the sender behind the aborted one was not served");
-    cr_assert_eq(rt_chan_send_poll(&op, &h.cx, &st), RT_READY);
-    cr_assert_eq(st, 0);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_neq(v, aborted_value, "the aborted send's value was delivered");
     cr_assert_eq(v, V(3));
@@ -472,7 +477,7 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     finish_runtime(rt, 0);
 }
 
-Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_send_drop_says)
+Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_the_dropped_send_says)
 {
     rt_runtime *rt = new_runtime(2);
     rt_chan *ch = NULL;
@@ -502,14 +507,12 @@ Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_send_dro
         int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &result);
         int trc = rt_chan_try_recv(ch, &v);
         cr_assert_neq(accepted_by_drop, -1,
-                      "round %d: rt_chan_send_drop returned 1 after "
-                      "RT_READY",
-                      i);
+                      "round %d: a drop after RT_READY changed the send's result", i);
         if (rc == 0) {
             delivered++;
             cr_assert_eq((intptr_t)result, 0, "round %d: send status %d", i, (int)(intptr_t)result);
             cr_assert(!freed_unsent);
-            cr_assert_eq(accepted_by_drop, 0, "round %d: drop after RT_READY returned 1", i);
+            cr_assert_eq(accepted_by_drop, 0, "round %d: the drop claimed a finished send", i);
             cr_assert_eq(trc, 0, "round %d: a completed send's value is not in the channel", i);
             cr_assert_eq(v, sent_value);
             free(v);
@@ -518,7 +521,7 @@ Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_send_dro
             accepted++;
             cr_assert(!freed_unsent);
             cr_assert_eq(trc, 0,
-                         "round %d: rt_chan_send_drop returned 1 but the value is not in "
+                         "round %d: the dropped send's result is 0 but the value is not in "
                          "the channel",
                          i);
             cr_assert_eq(v, sent_value);
@@ -528,8 +531,8 @@ Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_send_dro
             kept++;
             cr_assert(freed_unsent, "round %d", i);
             cr_assert_eq(trc, -EAGAIN,
-                         "round %d: rt_chan_send_drop returned 0 but the value was delivered "
-                         "(and freed by its owner)",
+                         "round %d: the dropped send's result is -ECANCELED but the value "
+                         "was delivered (and freed by its owner)",
                          i);
         }
     }
@@ -585,9 +588,9 @@ struct budget_user {
     int i;
     int status;
     intptr_t result;
-    void *v;
-    rt_task *other;
+    rt_task *other; /* until the join takes it over */
     rt_chan_send op;
+    rt_task_join join;
 };
 
 static rt_poll budget_user_poll(void *state, rt_context *cx, void **out)
@@ -600,11 +603,13 @@ static rt_poll budget_user_poll(void *state, rt_context *cx, void **out)
     for (b->i = 0; b->i < BUDGET_VALUES; b->i++) {
         if (b->sending) {
             rt_chan_send_init(&b->op, b->ch, V(b->i + 1));
-            RT_AWAIT(&b->co, rt_chan_send_poll(&b->op, cx, &b->status));
+            RT_AWAIT(&b->co, cx, &b->op);
+            b->status = (int)b->op.result;
         } else {
             rt_chan_recv_init(&b->recv, b->ch);
-            RT_AWAIT(&b->co, rt_chan_recv_poll(&b->recv, cx, &b->v, &b->status));
-            if (b->v != V(b->i + 1))
+            RT_AWAIT(&b->co, cx, &b->recv);
+            b->status = (int)b->recv.result;
+            if (b->recv.value != V(b->i + 1))
                 b->result = -1;
         }
         if (b->status != 0)
@@ -614,8 +619,9 @@ static rt_poll budget_user_poll(void *state, rt_context *cx, void **out)
     }
     if (b->result == 0)
         b->result = atomic_load(&budget_other_ran) ? 1 : 0;
-    RT_AWAIT(&b->co, rt_task_join(b->other, cx, NULL, NULL));
-    b->other = NULL;
+    rt_task_join_init(&b->join, b->other);
+    b->other = NULL; /* the join owns the handle now */
+    RT_AWAIT(&b->co, cx, &b->join);
     RT_RETURN(&b->co, out, b->result);
     RT_CORO_END(&b->co, out);
 }
@@ -623,8 +629,9 @@ static rt_poll budget_user_poll(void *state, rt_context *cx, void **out)
 static void budget_user_drop(void *state)
 {
     struct budget_user *b = state;
-    rt_chan_send_drop(&b->op);
-    rt_chan_recv_drop(&b->recv);
+    RT_DROP(&b->op);
+    RT_DROP(&b->recv);
+    RT_DROP(&b->join); /* unfinished, it detaches the handle */
     if (b->other != NULL)
         rt_task_detach(b->other);
 }

@@ -1,7 +1,8 @@
-/* Black-box tests of asyncrt/future.h: the waker helpers, user-defined wakers
- * stored and called by the runtime, and the lifetime guarantees of the
- * runtime's own wakers (they keep their task alive and stay safe to use after
- * the runtime is shut down and freed). */
+/* Black-box tests of asyncrt/future.h: the waker helpers, the life of an
+ * operation (a user-defined one polled and dropped through its vtable),
+ * user-defined wakers stored and called by the runtime, and the lifetime
+ * guarantees of the runtime's own wakers (they keep their task alive and stay
+ * safe to use after the runtime is shut down and freed). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 TestSuite(future, .timeout = 120, .fini = fail_on_leaks);
@@ -158,6 +160,152 @@ Test(future, noop_waker_is_recognised_and_every_operation_on_it_is_harmless)
     cr_assert_eq(atomic_load(&t.clones), 0);
 }
 
+/* ---- the life of an operation ------------------------------------------ */
+
+/* A user-defined operation: pending (after a wake by reference, like a
+ * yield) until `remaining` reaches zero, then finished with `value`. It
+ * counts what its vtable is asked to do. */
+struct countdown_op {
+    RT_FUTURE_HEADER;
+    int remaining;
+    int64_t value;
+    int polls;
+    int drops;
+};
+
+static rt_poll countdown_op_poll(rt_future *f, rt_context *cx)
+{
+    struct countdown_op *op = (struct countdown_op *)f;
+    op->polls++;
+    if (op->remaining == 0)
+        return rt_future_finish(f, op->value);
+    op->remaining--;
+    rt_waker_wake_by_ref(rt_context_waker(cx));
+    return RT_PENDING;
+}
+
+static void countdown_op_drop(rt_future *f)
+{
+    struct countdown_op *op = (struct countdown_op *)f;
+    op->drops++;
+}
+
+static const rt_future_vtable countdown_op_vtable = {countdown_op_poll, countdown_op_drop};
+
+static void countdown_op_init(struct countdown_op *op, int remaining, int64_t value)
+{
+    memset(op, 0, sizeof *op);
+    op->future.vtable = &countdown_op_vtable;
+    op->remaining = remaining;
+    op->value = value;
+}
+
+Test(future, the_header_makes_future_and_result_the_same_memory)
+{
+    struct countdown_op op;
+    countdown_op_init(&op, 0, 0);
+    cr_assert_eq((void *)&op.future, (void *)&op, "the header is not the first member");
+    op.result = 1234;
+    cr_assert_eq(op.future.result, 1234, "`result` is not the header's result");
+    op.future.result = -5;
+    cr_assert_eq(op.result, -5);
+}
+
+Test(future, user_operation_is_polled_through_its_vtable_until_it_finishes)
+{
+    struct counting_waker t = COUNTING_WAKER_INIT;
+    rt_context cx = counting_context(&t);
+    struct countdown_op op;
+    countdown_op_init(&op, 2, 77);
+    cr_assert_not(rt_future_is_done(&op.future), "an operation never polled is not done");
+
+    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+    cr_assert_eq(rt_future_poll(&op.future, &cx), RT_PENDING, "RT_POLL and rt_future_poll differ");
+    cr_assert_not(rt_future_is_done(&op.future));
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 2, "the operation was not given the context");
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, 77);
+    cr_assert_eq(op.polls, 3);
+    cr_assert(rt_future_is_done(&op.future));
+
+    /* Finished: later polls report the same result without asking the
+     * vtable, and a drop is a no-op. */
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, 77);
+    cr_assert_eq(op.polls, 3, "a finished operation was polled through its vtable");
+    RT_DROP(&op);
+    cr_assert_eq(op.drops, 0, "a finished operation was dropped through its vtable");
+    cr_assert_eq(op.result, 77, "dropping a finished operation changed its result");
+    cr_assert(rt_future_is_done(&op.future));
+    cr_assert_eq(atomic_load(&t.clones), 0);
+}
+
+Test(future, user_operation_ready_at_the_first_poll_finishes_with_a_negative_result_too)
+{
+    rt_context cx = noop_context();
+    struct countdown_op op;
+    countdown_op_init(&op, 0, -ENOENT);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -ENOENT);
+    cr_assert(rt_future_is_done(&op.future));
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -ENOENT);
+    cr_assert_eq(op.polls, 1);
+}
+
+Test(future, dropping_an_unfinished_operation_cancels_it_once)
+{
+    rt_context cx = noop_context();
+    struct countdown_op op;
+    countdown_op_init(&op, 5, 1);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+
+    RT_DROP(&op);
+    cr_assert_eq(op.drops, 1);
+    cr_assert_eq(op.result, -ECANCELED);
+    cr_assert(rt_future_is_done(&op.future), "a dropped operation is done");
+
+    /* Idempotent, and a dropped operation reports its -ECANCELED. */
+    RT_DROP(&op);
+    rt_future_drop(&op.future);
+    cr_assert_eq(op.drops, 1, "the vtable drop ran more than once");
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -ECANCELED);
+    cr_assert_eq(op.polls, 1, "a dropped operation was polled through its vtable");
+
+    /* A dropped operation may be initialised again. */
+    countdown_op_init(&op, 0, 9);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, 9);
+}
+
+Test(future, dropping_an_operation_never_polled_calls_its_drop)
+{
+    struct countdown_op op;
+    countdown_op_init(&op, 5, 1);
+    RT_DROP(&op);
+    cr_assert_eq(op.drops, 1);
+    cr_assert_eq(op.result, -ECANCELED);
+    cr_assert_eq(op.polls, 0);
+}
+
+Test(future, finish_marks_the_operation_done_from_any_poll)
+{
+    struct countdown_op op;
+    countdown_op_init(&op, 5, 1);
+    cr_assert_eq(rt_future_finish(&op.future, 3), RT_READY);
+    cr_assert(rt_future_is_done(&op.future));
+    cr_assert_eq(op.result, 3);
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, 3);
+    cr_assert_eq(op.polls, 0);
+    RT_DROP(&op);
+    cr_assert_eq(op.drops, 0);
+    cr_assert_eq(op.result, 3);
+}
+
 /* ---- user wakers stored and called by the runtime ------------------------- */
 
 struct gated_value {
@@ -188,22 +336,32 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
     /* The gate is shut, so the task cannot have finished: the join must store
      * the user waker and report RT_PENDING. */
     rt_context cx = rt_context_from_waker(make_counting_waker(&target));
-    void *value = NULL;
-    int status = 12345;
-    cr_assert_eq(rt_task_join(task, &cx, &value, &status), RT_PENDING);
-    cr_assert_not(rt_task_is_finished(task));
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(join.task, task, "the join owns the handle");
+    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_not(rt_future_is_done(&join.future));
+    cr_assert_not(rt_task_is_finished(join.task));
 
     gate_open(&gate);
     cr_assert(event_wait_for(&target.woken, 1), "the runtime never woke the user waker");
     cr_assert_eq(atomic_load(&target.wakes_before_finish), 0,
                  "the joiner was woken before the task counted as finished");
-    cr_assert(rt_task_is_finished(task));
+    cr_assert(rt_task_is_finished(join.task));
 
     /* The READY join releases the handle, so the waker must stop looking at it. */
     atomic_store(&target.watched, NULL);
-    cr_assert_eq(rt_task_join(task, &cx, &value, &status), RT_READY);
-    cr_assert_eq(value, (void *)(uintptr_t)0x1234);
-    cr_assert_eq(status, 0);
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.value, (void *)(uintptr_t)0x1234);
+    cr_assert_eq(join.result, 0);
+    cr_assert_null(join.task, "a finished join still names the handle it released");
+    cr_assert(rt_future_is_done(&join.future));
+    /* Finished: every later poll reports the same, and a drop changes nothing. */
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.result, 0);
+    cr_assert_eq(join.value, (void *)(uintptr_t)0x1234);
+    RT_DROP(&join);
+    cr_assert_eq(join.result, 0, "dropping a finished join changed its result");
 
     finish_runtime(rt, 0);
     /* Whatever the runtime cloned from the user waker it has given back. */
@@ -224,16 +382,18 @@ Test(future, join_polled_with_a_second_user_waker_wakes_that_one_and_releases_th
 
     rt_context cx1 = rt_context_from_waker(make_counting_waker(&first));
     rt_context cx2 = rt_context_from_waker(make_counting_waker(&second));
-    void *value = NULL;
-    cr_assert_eq(rt_task_join(task, &cx1, &value, NULL), RT_PENDING);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx1), RT_PENDING);
     /* A later poll with another waker replaces the one to wake, as a Rust
      * future must: only the most recent waker is guaranteed a wake-up. */
-    cr_assert_eq(rt_task_join(task, &cx2, &value, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&join, &cx2), RT_PENDING);
 
     gate_open(&gate);
     cr_assert(event_wait_for(&second.woken, 1), "the most recent joiner waker was not woken");
-    cr_assert_eq(rt_task_join(task, &cx2, &value, NULL), RT_READY);
-    cr_assert_eq(value, (void *)(uintptr_t)77);
+    cr_assert_eq(RT_POLL(&join, &cx2), RT_READY);
+    cr_assert_eq(join.result, 0);
+    cr_assert_eq(join.value, (void *)(uintptr_t)77);
 
     finish_runtime(rt, 0);
     cr_assert_eq(counting_outstanding(&first), 0, "the replaced waker was never released");
@@ -252,19 +412,19 @@ Test(future, join_of_a_finished_task_is_ready_at_once_and_keeps_no_reference)
     cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
 
     /* Use one join poll only to learn, by its wake-up, that the task finished
-     * while we still hold the handle. */
+     * before the join is polled again. */
     rt_context cx_waiting = rt_context_from_waker(make_counting_waker(&waiting));
-    cr_assert_eq(rt_task_join(task, &cx_waiting, NULL, NULL), RT_PENDING);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx_waiting), RT_PENDING);
     gate_open(&gate);
     cr_assert(event_wait_for(&waiting.woken, 1));
-    cr_assert(rt_task_is_finished(task));
+    cr_assert(rt_task_is_finished(join.task));
 
     rt_context cx_late = rt_context_from_waker(make_counting_waker(&late));
-    void *value = NULL;
-    int status = -1;
-    cr_assert_eq(rt_task_join(task, &cx_late, &value, &status), RT_READY);
-    cr_assert_eq(value, (void *)(uintptr_t)5);
-    cr_assert_eq(status, 0);
+    cr_assert_eq(RT_POLL(&join, &cx_late), RT_READY);
+    cr_assert_eq(join.value, (void *)(uintptr_t)5);
+    cr_assert_eq(join.result, 0);
     cr_assert_eq(counting_outstanding(&late), 0,
                  "a join that is ready at once must not keep the waker");
     cr_assert_eq(atomic_load(&late.wakes_by_value) + atomic_load(&late.wakes_by_ref), 0);

@@ -57,7 +57,7 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
     bool seen[CANCEL_N] = {false};
     for (int k = 0; k < CANCEL_N; k++) {
         rt_group_result res = {0, (void *)1, 12345};
-        cr_assert_eq(hand_next(g, -1, &res), 0);
+        cr_assert_eq(hand_next(rt, g, -1, &res), 0);
         size_t i = index_of_id(ids, CANCEL_N, res.id);
         cr_assert_lt(i, CANCEL_N, "next returned an unknown id %llu", (unsigned long long)res.id);
         cr_assert_not(seen[i], "child %zu collected twice", i);
@@ -66,14 +66,14 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
         cr_assert_null(res.value);
     }
     rt_group_result res;
-    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "nothing left to collect: the next waits");
+    cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT, "nothing left to collect: the next waits");
     cr_assert(event_wait_for(&child_dropped, CANCEL_N));
     cr_assert_eq(atomic_load(&child_drops), CANCEL_N);
 
     /* The group stays usable: a child spawned after the cancel runs. */
     struct child later = {.kind = CHILD_VALUE, .value = 4242, .yields = 2};
     uint64_t later_id = spawn_child(g, &later);
-    cr_assert_eq(hand_next(g, -1, &res), 0);
+    cr_assert_eq(hand_next(rt, g, -1, &res), 0);
     cr_assert_eq(res.id, later_id);
     cr_assert_eq(res.status, 0);
     cr_assert_eq(res.value, (void *)4242);
@@ -87,7 +87,7 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
     rt_group_cancel(g);
     rt_group_cancel(g); /* twice is fine */
     size_t failed = 0;
-    cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
     cr_assert_eq(failed, 3, "join_all counted %zu failed, expected the 3 cancelled", failed);
     rt_group_free(g);
 
@@ -132,10 +132,13 @@ static rt_poll closer_poll(void *state, rt_context *cx, void **out)
             RT_RETURN(&s->co, out, 0);
     }
     RT_YIELD(&s->co, cx);
-    if (rt_group_close_init(&s->w, s->g, -1) != 0)
+    if (rt_group_close_init(&s->w, s->g) != 0)
         RT_RETURN(&s->co, out, 0);
-    RT_AWAIT(&s->co, rt_group_wait_poll(&s->w, cx, &s->r->failed, &s->r->close_rc));
-    rt_group_wait_drop(&s->w);
+    RT_AWAIT(&s->co, cx, &s->w);
+    s->r->close_rc = (int)s->w.result;
+    if (s->w.result == 0)
+        s->r->failed = s->w.failed;
+    RT_DROP(&s->w); /* finished: nothing to do */
     s->r->drops_at_close = atomic_load(&child_drops);
     s->r->len_at_close = rt_group_len(s->g);
     {
@@ -149,7 +152,7 @@ static rt_poll closer_poll(void *state, rt_context *cx, void **out)
 static void closer_drop(void *state)
 {
     struct closer *s = state;
-    rt_group_wait_drop(&s->w);
+    RT_DROP(&s->w);
 }
 
 Test(group, close_cancels_and_awaits_the_children_then_refuses_spawns_with_epipe)
@@ -169,7 +172,7 @@ Test(group, close_cancels_and_awaits_the_children_then_refuses_spawns_with_epipe
     cr_assert(event_wait_for(&child_dropped, 2));
 
     size_t failed = 12345;
-    cr_assert_eq(hand_wait(g, true, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
     cr_assert_eq(failed, 4, "close counted %zu failed children, expected the 4 cancelled", failed);
     /* When close is ready, nothing spawned into the group runs any more. */
     cr_assert_eq(atomic_load(&child_drops), 6, "close was ready with children not dropped");
@@ -258,8 +261,6 @@ struct mid {
     rt_coro co;
     rt_group *inner;
     rt_group_next op;
-    rt_group_result res;
-    int err;
     int k;
 };
 
@@ -279,13 +280,13 @@ static rt_poll mid_poll(void *state, rt_context *cx, void **out)
         else
             atomic_fetch_add(&grand_alive, 1);
     }
-    if (rt_group_next_init(&m->op, m->inner, -1) != 0) {
+    if (rt_group_next_init(&m->op, m->inner) != 0) {
         atomic_fetch_add(&mid_errors, 1);
         event_signal(&mid_ready);
         RT_RETURN(&m->co, out, NULL);
     }
     event_signal(&mid_ready);
-    RT_AWAIT(&m->co, rt_group_next_poll(&m->op, cx, &m->res, &m->err));
+    RT_AWAIT(&m->co, cx, &m->op);
     /* Not reached: the grandchildren never finish. */
     atomic_fetch_add(&mid_errors, 1);
     RT_RETURN(&m->co, out, NULL);
@@ -295,7 +296,7 @@ static rt_poll mid_poll(void *state, rt_context *cx, void **out)
 static void mid_drop(void *state)
 {
     struct mid *m = state;
-    rt_group_next_drop(&m->op);
+    RT_DROP(&m->op);
     rt_group_free(m->inner);
     m->inner = NULL;
     atomic_fetch_add(&mid_drops, 1);
@@ -320,7 +321,7 @@ Test(group, cancelling_the_outer_group_cancels_the_grandchildren)
     rt_group_cancel(outer);
     for (int k = 0; k < NEST_MID; k++) {
         rt_group_result res = {0, (void *)1, 0};
-        cr_assert_eq(hand_next(outer, -1, &res), 0);
+        cr_assert_eq(hand_next(rt, outer, -1, &res), 0);
         cr_assert_lt(index_of_id(ids, NEST_MID, res.id), NEST_MID);
         cr_assert_eq(res.status, -ECANCELED);
         cr_assert_null(res.value);
@@ -330,7 +331,7 @@ Test(group, cancelling_the_outer_group_cancels_the_grandchildren)
               "only %lu of %d grandchildren were dropped after the outer cancel",
               event_count(&grand_dropped), NEST_MID * NEST_GRAND);
     cr_assert_eq(atomic_load(&grand_alive), 0);
-    assert_group_drained(outer);
+    assert_group_drained(rt, outer);
     rt_group_free(outer);
 
     rt_metrics m;
@@ -471,12 +472,12 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
     /* A's children were cancelled by the shutdown: they are collected so. */
     for (int k = 0; k < 3; k++) {
         rt_group_result res = {0, (void *)1, 0};
-        cr_assert_eq(hand_next(a, -1, &res), 0);
+        cr_assert_eq(hand_next(rt, a, -1, &res), 0);
         cr_assert_lt(index_of_id(a_ids, 3, res.id), 3);
         cr_assert_eq(res.status, -ECANCELED);
         cr_assert_null(res.value);
     }
-    assert_group_drained(a);
+    assert_group_drained(rt, a);
     rt_group_free(a);
     rt_group_free(b);
 

@@ -2,7 +2,7 @@
  * rt_group_next hands them out in the order they finish, with their ids and
  * values, and wakes an owner polling by hand; a next on an empty group waits
  * until the group is closed (-ECHILD), bad
- * arguments, spawn options; join_all; rt_group_next with a timeout; the
+ * arguments, spawn options; join_all; rt_group_next in an rt_timeout; the
  * dispose function receiving every result nobody collected; ids from spawn
  * matching the children collected meanwhile; and a failed spawn waking an
  * owner that saw its child counted. Nothing may leak (LeakSanitizer in the
@@ -68,11 +68,12 @@ struct order_owner {
     struct order_report *r;
     int k;
     rt_group_next op;
+    rt_timeout limit;
 };
 
 /* Opens one gate at a time, in order_perm's order, and collects the child it
  * let through before opening the next: the completion order is the gate
- * order, whatever the scheduling. Then one more next, with a zero timeout:
+ * order, whatever the scheduling. Then one more next, in a zero timeout:
  * the group is empty but open, so it waits and times out. */
 static rt_poll order_owner_poll(void *state, rt_context *cx, void **out)
 {
@@ -82,15 +83,21 @@ static rt_poll order_owner_poll(void *state, rt_context *cx, void **out)
     for (o->k = 0; o->k < ORDER_N; o->k++) {
         o->r->len_before[o->k] = rt_group_len(o->g);
         gate_open(&o->gates[order_perm[o->k]]);
-        if (rt_group_next_init(&o->op, o->g, -1) != 0)
+        if (rt_group_next_init(&o->op, o->g) != 0)
             RT_RETURN(&o->co, out, 0);
-        RT_AWAIT(&o->co, rt_group_next_poll(&o->op, cx, &o->r->res[o->k], &o->r->next_rc[o->k]));
-        rt_group_next_drop(&o->op);
+        RT_AWAIT(&o->co, cx, &o->op);
+        o->r->next_rc[o->k] = (int)o->op.result;
+        if (o->op.result == 0)
+            o->r->res[o->k] = o->op.child;
+        RT_DROP(&o->op); /* finished: nothing to do */
     }
-    if (rt_group_next_init(&o->op, o->g, 0) != 0)
+    if (rt_group_next_init(&o->op, o->g) != 0 ||
+        rt_timeout_init(&o->limit, NULL, &o->op.future, 0) != 0)
         RT_RETURN(&o->co, out, 0);
-    RT_AWAIT(&o->co, rt_group_next_poll(&o->op, cx, &o->r->res[ORDER_N], &o->r->next_rc[ORDER_N]));
-    rt_group_next_drop(&o->op);
+    RT_AWAIT(&o->co, cx, &o->limit);
+    o->r->next_rc[ORDER_N] = (int)o->limit.result;
+    if (o->limit.result == 0)
+        o->r->res[ORDER_N] = o->op.child;
     o->r->len_after = rt_group_len(o->g);
     RT_RETURN(&o->co, out, 1);
     RT_CORO_END(&o->co, out);
@@ -99,7 +106,8 @@ static rt_poll order_owner_poll(void *state, rt_context *cx, void **out)
 static void order_owner_drop(void *state)
 {
     struct order_owner *o = state;
-    rt_group_next_drop(&o->op);
+    RT_DROP(&o->limit);
+    RT_DROP(&o->op);
 }
 
 struct foreign_spawner {
@@ -200,27 +208,25 @@ Test(group, next_polled_by_hand_waits_for_a_running_child_and_wakes_its_waker)
 
     rt_group_next op;
     memset(&op, 0, sizeof op);
-    cr_assert_eq(rt_group_next_init(&op, g, -1), 0);
+    cr_assert_eq(rt_group_next_init(&op, g), 0);
     rt_context cx = hand_context();
-    rt_group_result res = {0, NULL, 12345};
-    int err = INT_MIN;
     unsigned long seen = event_count(&hand_woken);
-    cr_assert_eq(rt_group_next_poll(&op, &cx, &res, &err), RT_PENDING,
+    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING,
                  "next is ready while its only child waits behind a shut gate");
     cr_assert_eq(rt_group_len(g), 1);
     gate_open(&gate);
     cr_assert(event_wait_for(&hand_woken, seen + 1), "the finishing child never woke next");
     for (;;) {
         seen = event_count(&hand_woken);
-        if (rt_group_next_poll(&op, &cx, &res, &err) == RT_READY)
+        if (RT_POLL(&op, &cx) == RT_READY)
             break;
         cr_assert(event_wait_for(&hand_woken, seen + 1));
     }
-    rt_group_next_drop(&op);
-    cr_assert_eq(err, 0);
-    cr_assert_eq(res.id, id);
-    cr_assert_eq(res.value, (void *)77);
-    cr_assert_eq(res.status, 0);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, 0);
+    cr_assert_eq(op.child.id, id);
+    cr_assert_eq(op.child.value, (void *)77);
+    cr_assert_eq(op.child.status, 0);
     cr_assert_eq(rt_group_len(g), 0);
     rt_group_free(g);
     finish_runtime(rt, 0);
@@ -246,19 +252,23 @@ static rt_poll in_task_group_poll(void *state, rt_context *cx, void **out)
     if (s->new_rc == 0) {
         rt_group_next op;
         memset(&op, 0, sizeof op);
-        rt_group_result res;
         s->next_rc = INT_MIN;
-        if (rt_group_next_init(&op, g, -1) == 0 &&
-            rt_group_next_poll(&op, cx, &res, &s->next_rc) != RT_READY)
-            s->next_rc = INT_MAX; /* pending on an empty group */
-        rt_group_next_drop(&op);
+        if (rt_group_next_init(&op, g) == 0)
+            s->next_rc = RT_POLL(&op, cx) != RT_READY ? INT_MAX /* pending on an empty group */
+                                                      : (int)op.result;
+        RT_DROP(&op);
         rt_group_wait w;
         memset(&w, 0, sizeof w);
         s->wait_rc = INT_MIN;
-        if (rt_group_join_all_init(&w, g, -1) == 0 &&
-            rt_group_wait_poll(&w, cx, &s->failed, &s->wait_rc) != RT_READY)
-            s->wait_rc = INT_MAX;
-        rt_group_wait_drop(&w);
+        if (rt_group_join_all_init(&w, g) == 0) {
+            if (RT_POLL(&w, cx) != RT_READY) {
+                s->wait_rc = INT_MAX;
+            } else {
+                s->wait_rc = (int)w.result;
+                s->failed = w.failed;
+            }
+        }
+        RT_DROP(&w);
         rt_group_free(g);
     }
     *out = NULL;
@@ -271,13 +281,13 @@ Test(group, next_on_an_empty_group_waits_until_it_is_closed_and_join_all_is_read
     rt_group *g = new_group(rt, false);
     cr_assert_eq(rt_group_len(g), 0);
     rt_group_result res;
-    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT, "an empty open group: the next waits");
+    cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT, "an empty open group: the next waits");
     size_t failed;
-    cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
     cr_assert_eq(failed, 0);
-    cr_assert_eq(hand_wait(g, true, -1, &failed), 0, "closing an empty group");
-    cr_assert_eq(hand_next(g, -1, &res), -ECHILD, "an empty closed group");
-    cr_assert_eq(hand_next(g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0, "closing an empty group");
+    cr_assert_eq(hand_next(rt, g, -1, &res), -ECHILD, "an empty closed group");
+    cr_assert_eq(hand_next(rt, g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
     rt_group_free(g);
 
     /* The same from inside a task, with the group on rt_current(). */
@@ -317,17 +327,28 @@ Test(group, bad_arguments_are_einval_and_spawn_nothing)
 
     rt_group_next op;
     memset(&op, 0, sizeof op);
-    cr_assert_eq(rt_group_next_init(NULL, g, -1), -EINVAL);
-    cr_assert_eq(rt_group_next_init(&op, NULL, -1), -EINVAL);
+    rt_context cx = noop_context();
+    cr_assert_eq(rt_group_next_init(NULL, g), -EINVAL);
+    cr_assert_eq(rt_group_next_init(&op, NULL), -EINVAL);
+    /* A failed init leaves the operation finished with its error. */
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -EINVAL);
     rt_group_wait w;
     memset(&w, 0, sizeof w);
-    cr_assert_eq(rt_group_join_all_init(NULL, g, -1), -EINVAL);
-    cr_assert_eq(rt_group_join_all_init(&w, NULL, -1), -EINVAL);
-    cr_assert_eq(rt_group_close_init(NULL, g, -1), -EINVAL);
-    cr_assert_eq(rt_group_close_init(&w, NULL, -1), -EINVAL);
+    cr_assert_eq(rt_group_join_all_init(NULL, g), -EINVAL);
+    cr_assert_eq(rt_group_join_all_init(&w, NULL), -EINVAL);
+    cr_assert_eq(RT_POLL(&w, &cx), RT_READY);
+    cr_assert_eq(w.result, -EINVAL);
+    memset(&w, 0, sizeof w);
+    cr_assert_eq(rt_group_close_init(NULL, g), -EINVAL);
+    cr_assert_eq(rt_group_close_init(&w, NULL), -EINVAL);
+    cr_assert_eq(RT_POLL(&w, &cx), RT_READY);
+    cr_assert_eq(w.result, -EINVAL);
     /* Zero-initialised operations may be dropped. */
-    rt_group_next_drop(&op);
-    rt_group_wait_drop(&w);
+    memset(&op, 0, sizeof op);
+    memset(&w, 0, sizeof w);
+    RT_DROP(&op);
+    RT_DROP(&w);
 
     rt_group_free(NULL); /* a no-op */
     rt_group_free(g);
@@ -364,7 +385,7 @@ Test(group, spawn_options_make_named_local_children)
     strcpy(buf, "XXX"); /* the name was copied at spawn */
     for (int k = 0; k < PINNED; k++) {
         rt_group_result res;
-        cr_assert_eq(hand_next(g, -1, &res), 0);
+        cr_assert_eq(hand_next(rt, g, -1, &res), 0);
         cr_assert_lt(index_of_id(ids, PINNED, res.id), PINNED);
         cr_assert_eq(res.value, (void *)9);
     }
@@ -398,17 +419,17 @@ Test(group, join_all_waits_for_every_child_and_hands_the_results_to_dispose)
     spawn_child(g, &last);
     cr_assert(event_wait_for(&child_polled, JOIN_N + 1));
 
-    /* The gated child holds the group: a bounded join_all times out, and may
-     * be waited on again. */
+    /* The gated child holds the group: a join_all in an rt_timeout times
+     * out, and may be waited on again. */
     size_t failed = 12345;
     int64_t t0 = rt_now_ns();
-    cr_assert_eq(hand_wait(g, false, 30 * MS, &failed), -ETIMEDOUT);
+    cr_assert_eq(hand_wait(rt, g, false, 30 * MS, &failed), -ETIMEDOUT);
     cr_assert_geq(rt_now_ns() - t0, 30 * MS - 1 * MS, "join_all timed out early");
     cr_assert_geq(rt_group_len(g), 1, "the gated child is still running");
     cr_assert_lt(atomic_load(&child_drops), JOIN_N + 1, "the gated child finished");
 
     gate_open(&gate);
-    cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
     cr_assert_eq(failed, 0, "%zu children failed", failed);
     cr_assert_eq(rt_group_len(g), 0);
     cr_assert_eq(atomic_load(&child_drops), JOIN_N + 1,
@@ -440,7 +461,7 @@ Test(group, next_with_a_timeout_reports_etimedout_and_the_child_is_still_collect
 
     rt_group_result res = {0, (void *)1, 12345};
     int64_t t0 = rt_now_ns();
-    cr_assert_eq(hand_next(g, 50 * MS, &res), -ETIMEDOUT);
+    cr_assert_eq(hand_next(rt, g, 50 * MS, &res), -ETIMEDOUT);
     int64_t elapsed = rt_now_ns() - t0;
     cr_assert_geq(elapsed, 50 * MS, "timed out after %lld ns only", (long long)elapsed);
     cr_assert_lt(elapsed, 5 * SEC, "the timeout took %lld ns", (long long)elapsed);
@@ -448,14 +469,14 @@ Test(group, next_with_a_timeout_reports_etimedout_and_the_child_is_still_collect
     cr_assert_eq(atomic_load(&child_drops), 0);
 
     /* A zero timeout with nothing finished: -ETIMEDOUT too. */
-    cr_assert_eq(hand_next(g, 0, &res), -ETIMEDOUT);
+    cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT);
 
     gate_open(&gate);
-    cr_assert_eq(hand_next(g, 10 * SEC, &res), 0);
+    cr_assert_eq(hand_next(rt, g, 10 * SEC, &res), 0);
     cr_assert_eq(res.id, id);
     cr_assert_eq(res.value, (void *)31337);
     cr_assert_eq(res.status, 0);
-    assert_group_drained(g);
+    assert_group_drained(rt, g);
     rt_group_free(g);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&child_drops), 1);
@@ -482,7 +503,7 @@ Test(group, dispose_receives_every_result_nobody_collected)
     unsigned long collected = 0;
     for (int k = 0; k < 2; k++) {
         rt_group_result res;
-        cr_assert_eq(hand_next(g, -1, &res), 0);
+        cr_assert_eq(hand_next(rt, g, -1, &res), 0);
         size_t i = index_of_id(ids, DISPOSE_N, res.id);
         cr_assert_lt(i, DISPOSE_N);
         struct box *b = res.value;
@@ -553,7 +574,7 @@ Test(group, ids_from_spawn_match_children_collected_while_they_are_spawned)
     size_t n = 0;
     while (n < RACE_N) {
         rt_group_result res;
-        int err = hand_next(g, -1, &res); /* empty for a moment: it waits */
+        int err = hand_next(rt, g, -1, &res); /* empty for a moment: it waits */
         cr_assert_eq(err, 0);
         cr_assert_eq(res.status, 0);
         collected[n++] = res.id;
@@ -588,19 +609,17 @@ Test(group, a_spawn_that_fails_wakes_an_owner_that_saw_its_child_counted)
     rt_group_wait op;
     for (;;) {
         memset(&op, 0, sizeof op);
-        cr_assert_eq(rt_group_join_all_init(&op, g, -1), 0);
+        cr_assert_eq(rt_group_join_all_init(&op, g), 0);
         unsigned long seen = event_count(&hand_woken);
-        int err = 0;
-        size_t failed = 0;
-        rt_poll r = rt_group_wait_poll(&op, &cx, &failed, &err);
+        rt_poll r = RT_POLL(&op, &cx);
         if (r == RT_PENDING) {
             pending++;
             cr_assert(event_wait_for_s(&hand_woken, seen + 1, 10),
                       "the owner waited on a child whose spawn failed and was never woken");
         } else {
-            cr_assert_eq(err, 0);
+            cr_assert_eq(op.result, 0);
         }
-        rt_group_wait_drop(&op);
+        RT_DROP(&op);
         if (r == RT_READY && __atomic_load_n(&s->failures, __ATOMIC_RELAXED) == s->bad_spawns)
             break;
         if (r == RT_READY)

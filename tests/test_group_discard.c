@@ -58,7 +58,7 @@ Test(group, a_discarding_group_disposes_each_result_as_its_child_finishes)
     cr_assert_eq(atomic_load(&dlog.boxes), DISCARD_N);
     cr_assert_eq(atomic_load(&dlog.bad), 0);
     size_t failed = 99;
-    cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
     cr_assert_eq(failed, 0);
     cr_assert_eq(rt_group_len(g), 0);
     rt_group_free(g);
@@ -87,7 +87,7 @@ Test(group, a_discarding_group_counts_its_cancelled_children_as_failed)
     cr_assert(event_wait_for(&child_dropped, 8));
     /* The close cancels the five that never finish: those fail. */
     size_t failed = 0;
-    cr_assert_eq(hand_wait(g, true, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
     cr_assert_eq(failed, 5, "failed %zu", failed);
     cr_assert_eq(rt_group_len(g), 0);
     cr_assert_eq(atomic_load(&dlog.nulls), 8, "the gated children's NULL results");
@@ -103,10 +103,10 @@ Test(group, next_on_a_discarding_group_is_einval)
     struct child c = {.kind = CHILD_BOX, .index = 1};
     spawn_child(g, &c);
     rt_group_result res = {7, (void *)1, 7};
-    cr_assert_eq(hand_next(g, -1, &res), -EINVAL);
-    cr_assert_eq(res.id, 7, "the refused next wrote its result");
+    cr_assert_eq(hand_next(rt, g, -1, &res), -EINVAL);
+    cr_assert_eq(res.id, 7, "the refused next handed out a child");
     size_t failed;
-    cr_assert_eq(hand_wait(g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
     cr_assert_eq(atomic_load(&dlog.boxes), 1);
     rt_group_free(g);
     finish_runtime(rt, 0);
@@ -129,7 +129,7 @@ Test(group, group_options_default_to_keeping_results)
     struct child c = {.kind = CHILD_VALUE, .value = 5};
     uint64_t id = spawn_child(g, &c);
     rt_group_result res;
-    cr_assert_eq(hand_next(g, -1, &res), 0);
+    cr_assert_eq(hand_next(rt, g, -1, &res), 0);
     cr_assert_eq(res.id, id);
     cr_assert_eq(res.value, (void *)5);
     rt_group_free(g);
@@ -158,14 +158,11 @@ Test(group, a_next_waiting_on_an_empty_group_collects_a_child_spawned_later)
     rt_group *g = new_group(rt, false);
     rt_group_next op;
     memset(&op, 0, sizeof op);
-    cr_assert_eq(rt_group_next_init(&op, g, -1), 0);
+    cr_assert_eq(rt_group_next_init(&op, g), 0);
     rt_context cx = hand_context();
-    rt_group_result res = {0, NULL, 0};
-    int err = INT_MIN;
     unsigned long seen = event_count(&hand_woken);
-    cr_assert_eq(rt_group_next_poll(&op, &cx, &res, &err), RT_PENDING,
-                 "a next on an empty open group did not wait");
-    cr_assert_eq(err, INT_MIN);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING, "a next on an empty open group did not wait");
+    cr_assert_not(rt_future_is_done(&op.future), "a waiting next reports itself finished");
 
     struct later_spawner s = {g, 0};
     pthread_t th;
@@ -175,14 +172,14 @@ Test(group, a_next_waiting_on_an_empty_group_collects_a_child_spawned_later)
         cr_assert(event_wait_for(&hand_woken, seen + 1),
                   "the waiting next was not woken by the child spawned later");
         seen = event_count(&hand_woken);
-        if (rt_group_next_poll(&op, &cx, &res, &err) == RT_READY)
+        if (RT_POLL(&op, &cx) == RT_READY)
             break;
     }
-    rt_group_next_drop(&op);
-    cr_assert_eq(err, 0);
-    cr_assert_eq(res.id, s.id);
-    cr_assert_eq(res.value, (void *)77);
-    assert_group_drained(g);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, 0);
+    cr_assert_eq(op.child.id, s.id);
+    cr_assert_eq(op.child.value, (void *)77);
+    assert_group_drained(rt, g);
     rt_group_free(g);
     finish_runtime(rt, 0);
 }

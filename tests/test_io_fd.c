@@ -44,15 +44,16 @@ TestSuite(io, .timeout = 110, .fini = fail_on_leaks);
 struct epipe_writer {
     rt_coro co;
     rt_io *io;
-    ssize_t result;
+    rt_io_write wr;
 };
 
 static rt_poll epipe_writer_poll(void *state, rt_context *cx, void **out)
 {
     struct epipe_writer *s = state;
     RT_CORO_BEGIN(&s->co);
-    RT_AWAIT(&s->co, rt_io_write(s->io, cx, "zz", 2, &s->result));
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    rt_io_write_init(&s->wr, s->io, "zz", 2);
+    RT_AWAIT(&s->co, cx, &s->wr);
+    RT_RETURN(&s->co, out, (intptr_t)s->wr.result);
     RT_CORO_END(&s->co, out);
 }
 
@@ -65,9 +66,9 @@ Test(io, write_to_a_pipe_whose_reader_is_gone_is_epipe_and_raises_no_sigpipe)
     rt_io *w = NULL;
     cr_assert_eq(rt_io_open(rt, fds[1], &w), 0);
     close(fds[0]);
-    struct epipe_writer s = {{0}, w, 0};
+    struct epipe_writer s = {.io = w};
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, epipe_writer_poll, NULL, &s, sizeof s, &value), 0);
+    cr_assert_eq(rt_block_on(rt, epipe_writer_poll, rt_coro_drop, &s, sizeof s, &value), 0);
     cr_assert_eq((intptr_t)value, -EPIPE, "write returned %ld", (long)(intptr_t)value);
     cr_assert_eq(rt_io_close(w), 0);
     finish_runtime(rt, 0);
@@ -156,8 +157,8 @@ struct opens_inside {
     int fd;
     int rc;
     rt_io *io;
-    ssize_t result;
     unsigned char buf[4];
+    rt_io_read rd;
 };
 
 static rt_poll opens_inside_poll(void *state, rt_context *cx, void **out)
@@ -167,11 +168,12 @@ static rt_poll opens_inside_poll(void *state, rt_context *cx, void **out)
     s->rc = rt_io_open(NULL, s->fd, &s->io); /* NULL: rt_current() */
     if (s->rc != 0)
         RT_RETURN(&s->co, out, (intptr_t)s->rc);
-    RT_AWAIT(&s->co, rt_io_read(s->io, cx, s->buf, sizeof s->buf, &s->result));
+    rt_io_read_init(&s->rd, s->io, s->buf, sizeof s->buf);
+    RT_AWAIT(&s->co, cx, &s->rd);
     s->rc = rt_io_close(s->io);
     if (s->rc != 0)
         RT_RETURN(&s->co, out, (intptr_t)s->rc);
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    RT_RETURN(&s->co, out, (intptr_t)s->rd.result);
     RT_CORO_END(&s->co, out);
 }
 
@@ -211,9 +213,12 @@ static rt_poll close_waiter_poll(void *state, rt_context *cx, void **out)
         *out = (void *)(uintptr_t)s->polls;
         return RT_READY;
     }
+    /* A read holds nothing but the waker it leaves in the rt_io: a new one
+     * on every poll is fine. */
     unsigned char byte;
-    ssize_t result = 0;
-    rt_poll p = rt_io_read(s->io, cx, &byte, 1, &result);
+    rt_io_read rd;
+    rt_io_read_init(&rd, s->io, &byte, 1);
+    rt_poll p = RT_POLL(&rd, cx);
     pthread_mutex_unlock(&close_mu);
     if (p == RT_PENDING) {
         event_signal(&close_waiter_pending);
@@ -261,23 +266,25 @@ static atomic_int stuck_drops;
 struct stuck_reader {
     rt_coro co;
     rt_io *io;
-    ssize_t result;
     unsigned char buf[8];
+    rt_io_read rd;
 };
 
 static rt_poll stuck_reader_poll(void *state, rt_context *cx, void **out)
 {
     struct stuck_reader *s = state;
     RT_CORO_BEGIN(&s->co);
-    RT_AWAIT(&s->co, note_pending(rt_io_read(s->io, cx, s->buf, sizeof s->buf, &s->result),
-                                  &stuck_pending));
+    rt_io_read_init(&s->rd, s->io, s->buf, sizeof s->buf);
+    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &stuck_pending));
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
 }
 
 static void stuck_reader_drop(void *state)
 {
-    (void)state; /* the rt_io stays open: the runtime closes it */
+    /* The rt_io stays open: the runtime closes it. The read holds nothing
+     * but its waker in that rt_io, which the runtime releases with it. */
+    (void)state;
     atomic_fetch_add(&stuck_drops, 1);
 }
 
@@ -301,8 +308,8 @@ Test(io, runtime_free_closes_its_own_descriptors_and_every_rt_io_still_open)
     cr_assert_eq(rt_io_open(rt, sv[0], &ios[n++]), 0);
     close(sv[1]);
     /* Two tasks wait on descriptors the test never closes. */
-    struct stuck_reader a = {{0}, ios[0], 0, {0}};
-    struct stuck_reader b = {{0}, ios[6], 0, {0}};
+    struct stuck_reader a = {.io = ios[0]};
+    struct stuck_reader b = {.io = ios[6]};
     cr_assert_eq(RT_SPAWN(rt, stuck_reader_poll, stuck_reader_drop, &a, NULL), 0);
     cr_assert_eq(RT_SPAWN(rt, stuck_reader_poll, stuck_reader_drop, &b, NULL), 0);
     cr_assert(event_wait_for(&stuck_pending, 2));
@@ -320,17 +327,20 @@ Test(io, runtime_free_closes_its_own_descriptors_and_every_rt_io_still_open)
 struct uses_pipe {
     rt_coro co;
     rt_io *r, *w;
-    ssize_t result;
     unsigned char buf[4];
+    rt_io_write wr;
+    rt_io_read rd;
 };
 
 static rt_poll uses_pipe_poll(void *state, rt_context *cx, void **out)
 {
     struct uses_pipe *s = state;
     RT_CORO_BEGIN(&s->co);
-    RT_AWAIT(&s->co, rt_io_write(s->w, cx, "ok", 2, &s->result));
-    RT_AWAIT(&s->co, rt_io_read(s->r, cx, s->buf, sizeof s->buf, &s->result));
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    rt_io_write_init(&s->wr, s->w, "ok", 2);
+    RT_AWAIT(&s->co, cx, &s->wr);
+    rt_io_read_init(&s->rd, s->r, s->buf, sizeof s->buf);
+    RT_AWAIT(&s->co, cx, &s->rd);
+    RT_RETURN(&s->co, out, (intptr_t)s->rd.result);
     RT_CORO_END(&s->co, out);
 }
 
@@ -347,9 +357,9 @@ Test(io, runtimes_that_did_io_or_none_leave_no_descriptor_behind)
         int fds[2];
         rt_io *r, *w;
         open_pipe(rt, &r, &w, fds);
-        struct uses_pipe s = {{0}, r, w, 0, {0}};
+        struct uses_pipe s = {.r = r, .w = w};
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, uses_pipe_poll, NULL, &s, sizeof s, &value), 0);
+        cr_assert_eq(rt_block_on(rt, uses_pipe_poll, rt_coro_drop, &s, sizeof s, &value), 0);
         cr_assert_eq((intptr_t)value, 2);
         if (round == 0) {
             cr_assert_eq(rt_io_close(r), 0);

@@ -56,16 +56,20 @@ struct two_messages {
     rt_io *io;
     int i;
     struct two_messages_result *r; /* the test's */
+    rt_io_ready ready;
+    rt_io_read rd;
 };
 
 static rt_poll two_messages_poll(void *state, rt_context *cx, void **out)
 {
     struct two_messages *s = state;
     RT_CORO_BEGIN(&s->co);
-    RT_AWAIT(&s->co, rt_io_readable(s->io, cx));
+    rt_io_readable_init(&s->ready, s->io);
+    RT_AWAIT(&s->co, cx, &s->ready);
     for (s->i = 0; s->i < 2; s->i++) {
-        RT_AWAIT(&s->co,
-                 rt_io_read(s->io, cx, s->r->buf[s->i], sizeof s->r->buf[s->i], &s->r->len[s->i]));
+        rt_io_read_init(&s->rd, s->io, s->r->buf[s->i], sizeof s->r->buf[s->i]);
+        RT_AWAIT(&s->co, cx, &s->rd);
+        s->r->len[s->i] = (ssize_t)s->rd.result;
     }
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
@@ -83,7 +87,7 @@ static void read_twice(int read_fd, const char *what, struct two_messages_result
     memset(r, 0, sizeof *r);
     struct two_messages s = {.io = io, .r = r};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, rt_coro_drop, &s, &task), 0);
     rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
@@ -230,12 +234,16 @@ static rt_poll partial_writer_poll(void *state, rt_context *cx, void **out)
     struct partial_writer *s = state;
     while (s->off < PARTIAL_TOTAL) {
         size_t ask = PARTIAL_TOTAL - s->off;
-        ssize_t result = 0;
-        if (rt_io_write(s->io, cx, s->data + s->off, ask, &result) == RT_PENDING) {
+        /* A write holds nothing but the waker it leaves in the rt_io: a new
+         * one on every poll is fine. */
+        rt_io_write wr;
+        rt_io_write_init(&wr, s->io, s->data + s->off, ask);
+        if (RT_POLL(&wr, cx) == RT_PENDING) {
             if (s->pendings++ == 0)
                 event_signal(&writer_blocked);
             return RT_PENDING;
         }
+        ssize_t result = (ssize_t)wr.result;
         if (result <= 0) {
             s->error = result == 0 ? -EIO : result;
             break;
@@ -279,7 +287,7 @@ Test(io, writer_filling_a_pipe_gets_partial_writes_then_pends_until_a_reader_dra
     (void)fcntl(fds[1], F_SETPIPE_SZ, 4096);
     unsigned char *data = pattern_buffer(PARTIAL_TOTAL);
 
-    struct partial_writer pw = {w, data, 0, 0, 0, 0, 0};
+    struct partial_writer pw = {.io = w, .data = data};
     rt_task *writer = NULL;
     cr_assert_eq(RT_SPAWN(rt, partial_writer_outer_poll, NULL, &pw, &writer), 0);
     cr_assert(event_wait_for(&writer_blocked, 1), "the writer never blocked on a full pipe");
@@ -317,9 +325,8 @@ struct all_writer {
     rt_io *io;
     const unsigned char *data;
     size_t len;
-    size_t progress;
-    ssize_t result;
     int close_rc;
+    rt_io_write_all wa; /* keeps its progress: it lives in the state */
 };
 
 /* Writes everything with rt_io_write_all, then closes the write end so the
@@ -328,15 +335,15 @@ static rt_poll all_writer_poll(void *state, rt_context *cx, void **out)
 {
     struct all_writer *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->progress = 0;
-    RT_AWAIT(&s->co, rt_io_write_all(s->io, cx, s->data, s->len, &s->progress, &s->result));
-    if (s->result == (ssize_t)s->len && s->progress != s->len)
+    rt_io_write_all_init(&s->wa, s->io, s->data, s->len);
+    RT_AWAIT(&s->co, cx, &s->wa);
+    if (s->wa.result == (int64_t)s->len && s->wa.progress != s->len)
         RT_RETURN(&s->co, out, (intptr_t)-ERANGE);
     s->close_rc = rt_io_close(s->io);
     s->io = NULL;
     if (s->close_rc != 0)
         RT_RETURN(&s->co, out, (intptr_t)s->close_rc);
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    RT_RETURN(&s->co, out, (intptr_t)s->wa.result);
     RT_CORO_END(&s->co, out);
 }
 
@@ -365,12 +372,12 @@ static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, b
     cr->expected = SIZE_MAX;
     cr->chunk = chunk;
     rt_task *reader = NULL;
-    cr_assert_eq(rt_spawn(rt, checking_reader_poll, NULL, cr, sizeof *cr, &reader), 0);
+    cr_assert_eq(rt_spawn(rt, checking_reader_poll, rt_coro_drop, cr, sizeof *cr, &reader), 0);
     free(cr);
 
-    struct all_writer aw = {{0}, w, data, BIG_TOTAL, 0, 0, 0};
+    struct all_writer aw = {.io = w, .data = data, .len = BIG_TOTAL};
     rt_task *writer = NULL;
-    cr_assert_eq(RT_SPAWN(rt, all_writer_poll, NULL, &aw, &writer), 0);
+    cr_assert_eq(RT_SPAWN(rt, all_writer_poll, rt_coro_drop, &aw, &writer), 0);
 
     void *wv = NULL, *rv = NULL;
     cr_assert_eq(rt_task_wait(writer, WAIT_DEADLINE_NS, &wv), 0, "the writer never finished");

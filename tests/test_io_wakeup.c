@@ -82,8 +82,9 @@ struct byte_reader {
     long i;
     ssize_t result;
     uint64_t value;
-    size_t want; /* this read's length (kept across its polls) */
+    size_t want; /* this read's length */
     unsigned char bytes[READ_CHUNK_MAX];
+    rt_io_read rd; /* the read in flight */
 };
 
 /* Reads n bytes, `chunk` at most per read (or n eventfd counts of 1),
@@ -94,7 +95,9 @@ static rt_poll byte_reader_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     for (s->i = 0; s->i < s->pair->n;) {
         if (s->pair->eventfd) {
-            RT_AWAIT(&s->co, rt_io_read(s->pair->r, cx, &s->value, sizeof s->value, &s->result));
+            rt_io_read_init(&s->rd, s->pair->r, &s->value, sizeof s->value);
+            RT_AWAIT(&s->co, cx, &s->rd);
+            s->result = (ssize_t)s->rd.result;
             if (s->result != 8 || s->value != 1)
                 RT_RETURN(&s->co, out, (intptr_t)(s->result < 0 ? s->result : -EILSEQ));
             s->i++;
@@ -102,7 +105,9 @@ static rt_poll byte_reader_poll(void *state, rt_context *cx, void **out)
             s->want = s->pair->chunk;
             if ((long)s->want > s->pair->n - s->i)
                 s->want = (size_t)(s->pair->n - s->i);
-            RT_AWAIT(&s->co, rt_io_read(s->pair->r, cx, s->bytes, s->want, &s->result));
+            rt_io_read_init(&s->rd, s->pair->r, s->bytes, s->want);
+            RT_AWAIT(&s->co, cx, &s->rd);
+            s->result = (ssize_t)s->rd.result;
             if (s->result <= 0)
                 RT_RETURN(&s->co, out, (intptr_t)(s->result < 0 ? s->result : -EILSEQ));
             for (ssize_t k = 0; k < s->result; k++)
@@ -211,7 +216,7 @@ static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, lon
         struct byte_reader s;
         memset(&s, 0, sizeof s);
         s.pair = h;
-        cr_assert_eq(RT_SPAWN(rt, byte_reader_poll, NULL, &s, &h->task), 0);
+        cr_assert_eq(RT_SPAWN(rt, byte_reader_poll, rt_coro_drop, &s, &h->task), 0);
     }
     for (int p = 0; p < npairs; p++)
         cr_assert_eq(pthread_create(&pairs[p].thread, NULL, handoff_writer_main, &pairs[p]), 0);
@@ -334,7 +339,7 @@ Test(io, tight_loop_of_tiny_foreign_writes_reaches_the_reader_whole)
     cr->expected = SIZE_MAX;
     cr->chunk = 5;
     rt_task *task = NULL;
-    cr_assert_eq(rt_spawn(rt, checking_reader_poll, NULL, cr, sizeof *cr, &task), 0);
+    cr_assert_eq(rt_spawn(rt, checking_reader_poll, rt_coro_drop, cr, sizeof *cr, &task), 0);
     free(cr);
     struct tight_writer t = {fds[1], 0};
     pthread_t thread;
@@ -371,7 +376,7 @@ Test(io, two_hundred_pipes_each_wake_their_own_reader)
     for (int i = 0; i < MANY_PIPES; i++) {
         make_pipe(fds[i]);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &readers[i]), 0);
-        struct one_read st = {{0}, readers[i], sizeof bufs[i], 0, bufs[i]};
+        struct one_read st = {.io = readers[i], .len = sizeof bufs[i], .buf = bufs[i]};
         cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &st, &tasks[i]), 0);
     }
     cr_assert(event_wait_for(&reader_pending, seen + MANY_PIPES), "not every reader waited");
@@ -401,15 +406,16 @@ Test(io, aborting_a_waiting_reader_loses_no_bytes_and_the_next_reader_is_woken)
     rt_io *r, *w;
     open_pipe(rt, &r, &w, fds);
     unsigned char first_buf[8] = {0};
-    struct one_read first = {{0}, r, sizeof first_buf, 0, first_buf};
+    struct one_read first = {.io = r, .len = sizeof first_buf, .buf = first_buf};
     rt_task *t1 = NULL;
-    cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &first, &t1), 0);
+    /* Its drop drops the waiting read. */
+    cr_assert_eq(RT_SPAWN(rt, one_read_poll, one_read_drop, &first, &t1), 0);
     cr_assert(event_wait_for(&reader_pending, 1));
     rt_task_abort(t1);
     cr_assert_eq(rt_task_wait(t1, WAIT_DEADLINE_NS, NULL), -ECANCELED);
 
     unsigned char second_buf[8] = {0};
-    struct one_read second = {{0}, r, sizeof second_buf, 0, second_buf};
+    struct one_read second = {.io = r, .len = sizeof second_buf, .buf = second_buf};
     rt_task *t2 = NULL;
     cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &second, &t2), 0);
     cr_assert(event_wait_for(&reader_pending, 2));

@@ -189,6 +189,7 @@ struct pin_spawner {
     int *spawner_worker;
     int *spawn_rc;
     rt_task *h[PIN_TASKS];
+    rt_task_join joins[PIN_TASKS];
     int k;
 };
 
@@ -207,8 +208,10 @@ static rt_poll pin_spawner_poll(void *state, rt_context *cx, void **out)
         if (s->spawn_rc[s->k] != 0)
             RT_RETURN(&s->co, out, 0);
     }
-    for (s->k = 0; s->k < PIN_TASKS; s->k++)
-        RT_AWAIT(&s->co, rt_task_join(s->h[s->k], cx, NULL, NULL));
+    for (s->k = 0; s->k < PIN_TASKS; s->k++) {
+        rt_task_join_init(&s->joins[s->k], s->h[s->k]);
+        RT_AWAIT(&s->co, cx, &s->joins[s->k]);
+    }
     RT_RETURN(&s->co, out, 1);
     RT_CORO_END(&s->co, out);
 }
@@ -291,11 +294,10 @@ static rt_poll local_sleeper_poll(void *state, rt_context *cx, void **out)
             cr_assert_eq(rt_sleep_init(&s->sleep, NULL, 200000), 0);
             s->armed = 1;
         }
-        int err = 0;
-        if (rt_sleep_poll(&s->sleep, cx, &err) == RT_PENDING)
+        if (RT_POLL(&s->sleep, cx) == RT_PENDING)
             return RT_PENDING;
-        cr_assert_eq(err, 0);
-        rt_sleep_drop(&s->sleep);
+        cr_assert_eq(s->sleep.result, 0);
+        /* A finished sleep has released its timer: nothing to drop. */
         s->armed = 0;
         s->rounds--;
     }
@@ -305,7 +307,7 @@ static void local_sleeper_drop(void *state)
 {
     struct local_sleeper *s = state;
     if (s->armed)
-        rt_sleep_drop(&s->sleep);
+        RT_DROP(&s->sleep);
 }
 
 Test(local, a_local_task_woken_by_the_reactor_is_polled_only_on_its_worker)
@@ -314,7 +316,7 @@ Test(local, a_local_task_woken_by_the_reactor_is_polled_only_on_its_worker)
     rt_task *h[PIN_WORKERS * PIN_TASKS];
     for (int i = 0; i < PIN_WORKERS * PIN_TASKS; i++) {
         int worker = i % PIN_WORKERS;
-        struct local_sleeper s = {worker, SLEEPER_ROUNDS, 0, 0, {0}};
+        struct local_sleeper s = {.expected = worker, .rounds = SLEEPER_ROUNDS};
         rt_spawn_options opts = options_for(worker, NULL);
         cr_assert_eq(
             rt_spawn_ex(rt, &opts, local_sleeper_poll, local_sleeper_drop, &s, sizeof s, &h[i]), 0);

@@ -87,8 +87,8 @@ struct id_parent {
     int *mismatches;
     int *errors;
     rt_task *h[ID_CHILDREN];
+    rt_task_join join;
     int k;
-    void *value;
 };
 
 static rt_poll id_parent_poll(void *state, rt_context *cx, void **out)
@@ -107,8 +107,9 @@ static rt_poll id_parent_poll(void *state, rt_context *cx, void **out)
     if (rt_task_current_id() != p->ids[ID_CHILDREN])
         (*p->mismatches)++;
     for (p->k = 0; p->k < ID_CHILDREN; p->k++) {
-        RT_AWAIT(&p->co, rt_task_join(p->h[p->k], cx, &p->value, NULL));
-        if ((uint64_t)(uintptr_t)p->value != p->ids[p->k])
+        rt_task_join_init(&p->join, p->h[p->k]);
+        RT_AWAIT(&p->co, cx, &p->join);
+        if ((uint64_t)(uintptr_t)p->join.value != p->ids[p->k])
             (*p->mismatches)++;
         if (rt_task_current_id() != p->ids[ID_CHILDREN])
             (*p->mismatches)++;

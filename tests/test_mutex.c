@@ -49,8 +49,8 @@ static void queue_two_lockers(rt_mutex *m, struct hand *h1, rt_mutex_lock *op1, 
     hand_init(h2);
     cr_assert_eq(rt_mutex_lock_init(op1, m), 0);
     cr_assert_eq(rt_mutex_lock_init(op2, m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(op1, &h1->cx), RT_PENDING);
-    cr_assert_eq(rt_mutex_lock_poll(op2, &h2->cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(op1, &h1->cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(op2, &h2->cx), RT_PENDING);
 }
 
 Test(sync, mutex_try_lock_and_unlock_basics)
@@ -61,6 +61,9 @@ Test(sync, mutex_try_lock_and_unlock_basics)
     rt_mutex_lock op;
     cr_assert_eq(rt_mutex_lock_init(NULL, &m), -EINVAL);
     cr_assert_eq(rt_mutex_lock_init(&op, NULL), -EINVAL);
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY, "a failed init did not leave the lock finished");
+    cr_assert_eq(op.result, -EINVAL);
     cr_assert_eq(rt_mutex_lock_blocking(NULL, 0), -EINVAL);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "the mutex is not recursive");
@@ -71,9 +74,14 @@ Test(sync, mutex_try_lock_and_unlock_basics)
     struct hand h;
     hand_init(&h);
     cr_assert_eq(rt_mutex_lock_init(&op, &m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
-    rt_mutex_lock_drop(&op); /* after RT_READY: the lock stays held */
+    /* Finished: a second poll reports the same result, and locks nothing more. */
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
+    RT_DROP(&op); /* after RT_READY: the lock stays held */
+    cr_assert_eq(op.result, 0, "drop after RT_READY changed the result");
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "drop after RT_READY unlocked the mutex");
     rt_mutex_unlock(&m);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
@@ -95,13 +103,15 @@ Test(sync, mutex_unlock_hands_the_lock_to_the_oldest_waiter_without_barging)
     cr_assert_eq(counting_wakes(&h2.w), 0);
     /* Handed over: a newcomer may not take it. */
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "try_lock barged past the waiter");
-    cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_PENDING);
-    cr_assert_eq(rt_mutex_lock_poll(&op1, &h1.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op1, &h1.cx), RT_READY);
+    cr_assert_eq(op1.result, 0);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h2.w), 1);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "try_lock barged past the waiter");
-    cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(op2.result, 0);
     rt_mutex_unlock(&m);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
     rt_mutex_unlock(&m);
@@ -187,7 +197,11 @@ static rt_poll excl_task_poll(void *state, rt_context *cx, void **out)
             atomic_fetch_add(&excl_errors, 1);
             RT_RETURN(&t->co, out, NULL);
         }
-        RT_AWAIT(&t->co, rt_mutex_lock_poll(&t->op, cx));
+        RT_AWAIT(&t->co, cx, &t->op);
+        if (t->op.result != 0) {
+            atomic_fetch_add(&excl_errors, 1);
+            RT_RETURN(&t->co, out, NULL);
+        }
         excl_critical_enter();
         if ((t->i + t->id) % 50 == 0)
             RT_YIELD(&t->co, cx); /* hold the lock across a suspension */
@@ -201,7 +215,7 @@ static rt_poll excl_task_poll(void *state, rt_context *cx, void **out)
 static void excl_task_drop(void *state)
 {
     struct excl_task *t = state;
-    rt_mutex_lock_drop(&t->op);
+    RT_DROP(&t->op);
 }
 
 static void *excl_thread_main(void *arg)
@@ -264,11 +278,13 @@ Test(sync, mutex_handed_over_but_uncollected_passes_to_the_next_waiter)
     queue_two_lockers(&m, &h1, &op1, &h2, &op2);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h1.w), 1);
-    rt_mutex_lock_drop(&op1);
+    RT_DROP(&op1);
+    cr_assert_eq(op1.result, -ECANCELED, "a dropped lock reported the lock taken");
     cr_assert_eq(counting_wakes(&h2.w), 1, "the uncollected lock was not passed on");
-    cr_assert_eq(rt_mutex_lock_poll(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(op2.result, 0);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "the lock was passed on and released");
-    rt_mutex_lock_drop(&op1);
+    RT_DROP(&op1);
     rt_mutex_unlock(&m);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);
     rt_mutex_unlock(&m);
@@ -286,11 +302,12 @@ Test(sync, mutex_handed_over_but_uncollected_is_released_when_nobody_waits)
     hand_init(&h);
     rt_mutex_lock op;
     cr_assert_eq(rt_mutex_lock_init(&op, &m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
-    rt_mutex_lock_drop(&op);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(rt_mutex_try_lock(&m), 0, "the uncollected lock stayed locked");
     rt_mutex_unlock(&m);
     /* A pending waiter dropped leaves the queue: nothing wakes it. */
@@ -298,8 +315,8 @@ Test(sync, mutex_handed_over_but_uncollected_is_released_when_nobody_waits)
     struct hand h2;
     hand_init(&h2);
     cr_assert_eq(rt_mutex_lock_init(&op, &m), 0);
-    cr_assert_eq(rt_mutex_lock_poll(&op, &h2.cx), RT_PENDING);
-    rt_mutex_lock_drop(&op);
+    cr_assert_eq(RT_POLL(&op, &h2.cx), RT_PENDING);
+    RT_DROP(&op);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
     rt_mutex_unlock(&m);
     cr_assert_eq(counting_wakes(&h2.w), 0, "a dropped waiter was woken");
@@ -425,21 +442,23 @@ static rt_poll holder_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&h->co);
     if (rt_mutex_lock_init(&h->lock, h->m) != 0)
         RT_RETURN(&h->co, out, (intptr_t)-1);
-    RT_AWAIT(&h->co, rt_mutex_lock_poll(&h->lock, cx));
+    RT_AWAIT(&h->co, cx, &h->lock);
+    if (h->lock.result != 0)
+        RT_RETURN(&h->co, out, (intptr_t)-1);
     if (rt_notified_init(&h->wait, h->n) != 0)
         RT_RETURN(&h->co, out, (intptr_t)-1);
     event_signal(h->holding);
-    RT_AWAIT(&h->co, rt_notified_poll(&h->wait, cx));
+    RT_AWAIT(&h->co, cx, &h->wait);
     rt_mutex_unlock(h->m);
-    RT_RETURN(&h->co, out, 0);
+    RT_RETURN(&h->co, out, (intptr_t)h->wait.result);
     RT_CORO_END(&h->co, out);
 }
 
 static void holder_drop(void *state)
 {
     struct holder *h = state;
-    rt_mutex_lock_drop(&h->lock);
-    rt_notified_drop(&h->wait);
+    RT_DROP(&h->lock);
+    RT_DROP(&h->wait);
 }
 
 struct blocking_locker {
@@ -483,7 +502,9 @@ Test(sync, mutex_lock_blocking_waits_for_a_task_to_unlock)
     cr_assert(event_wait_for(&b.started, 1));
     cr_assert_eq(event_count(&b.done), 0, "the thread locked a mutex a task holds");
     rt_notify_one(&n);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    void *hv = (void *)(intptr_t)-5;
+    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &hv), 0);
+    cr_assert_eq((intptr_t)hv, 0, "the holder failed to lock or wait: %d", (int)(intptr_t)hv);
     cr_assert(event_wait_for(&b.done, 1), "the blocked thread was never handed the lock");
     pthread_join(thread, NULL);
     cr_assert_eq(b.rc, 0, "rt_mutex_lock_blocking: %s", rt_strerror(b.rc));
@@ -504,8 +525,9 @@ struct budget_locker {
     rt_mutex *m;
     int i;
     intptr_t result;
-    rt_task *other;
+    rt_task *other; /* until the join takes it over */
     rt_mutex_lock op;
+    rt_task_join join;
 };
 
 static rt_poll budget_locker_poll(void *state, rt_context *cx, void **out)
@@ -516,13 +538,16 @@ static rt_poll budget_locker_poll(void *state, rt_context *cx, void **out)
         RT_RETURN(&b->co, out, (intptr_t)-1);
     for (b->i = 0; b->i < 1000; b->i++) {
         rt_mutex_lock_init(&b->op, b->m);
-        RT_AWAIT(&b->co, rt_mutex_lock_poll(&b->op, cx));
+        RT_AWAIT(&b->co, cx, &b->op);
+        if (b->op.result != 0)
+            RT_RETURN(&b->co, out, (intptr_t)-1);
         rt_mutex_unlock(b->m);
     }
     b->result = atomic_load(&budget_other_ran) ? 1 : 0;
     /* Joined, so that shutdown finds nothing left to cancel. */
-    RT_AWAIT(&b->co, rt_task_join(b->other, cx, NULL, NULL));
-    b->other = NULL;
+    rt_task_join_init(&b->join, b->other);
+    b->other = NULL; /* the join owns the handle now */
+    RT_AWAIT(&b->co, cx, &b->join);
     RT_RETURN(&b->co, out, b->result);
     RT_CORO_END(&b->co, out);
 }
@@ -530,7 +555,8 @@ static rt_poll budget_locker_poll(void *state, rt_context *cx, void **out)
 static void budget_locker_drop(void *state)
 {
     struct budget_locker *b = state;
-    rt_mutex_lock_drop(&b->op);
+    RT_DROP(&b->op);
+    RT_DROP(&b->join); /* unfinished, it detaches the handle */
     if (b->other != NULL)
         rt_task_detach(b->other);
 }

@@ -1,10 +1,12 @@
 /* Black-box tests of TCP connections in asyncrt/net.h, on the loopback
- * interface only: connect operations dropped unpolled, refused connections
- * leaving no descriptor, connect timeouts against a listener whose backlog is
- * full, an aborted connect closing its half-open socket, peer close / reset /
- * -EPIPE (SIGPIPE keeps its default action, so a raised SIGPIPE kills the
- * test), TCP options and half-close, -EMFILE on accept with the pending
- * connection kept, and an aborted accept losing no connection. */
+ * interface only: connect operations dropped unpolled (alone or inside a
+ * timeout) and failed inits, refused connections leaving no descriptor,
+ * connect timeouts (an rt_timeout around rt_tcp_connect) against a listener
+ * whose backlog is full, an aborted connect closing its half-open socket,
+ * peer close / reset / -EPIPE (SIGPIPE keeps its default action, so a raised
+ * SIGPIPE kills the test), TCP options and half-close, -EMFILE on accept
+ * with the pending connection kept, and an aborted accept losing no
+ * connection. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -66,19 +68,25 @@ struct accept_out {
     socklen_t peer_len;
 };
 
+/* Its state begins with its rt_coro: rt_coro_drop drops an accept still
+ * waiting. */
 struct accept_once {
     rt_coro co;
     rt_io *listener;
     struct accept_out *o;
+    rt_tcp_accept a;
 };
 
 static rt_poll accept_once_poll(void *state, rt_context *cx, void **out)
 {
     struct accept_once *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->o->peer_len = sizeof s->o->peer;
-    RT_AWAIT(&s->co,
-             rt_tcp_accept(s->listener, cx, &s->o->conn, &s->o->peer, &s->o->peer_len, &s->o->err));
+    rt_tcp_accept_init(&s->a, s->listener);
+    RT_AWAIT(&s->co, cx, &s->a);
+    s->o->err = (int)s->a.result;
+    s->o->conn = s->a.conn;
+    s->o->peer = s->a.peer;
+    s->o->peer_len = s->a.peer_len;
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
 }
@@ -88,9 +96,9 @@ static struct accept_out accept_one(rt_runtime *rt, rt_io *listener)
     struct accept_out o;
     memset(&o, 0, sizeof o);
     o.err = 12345;
-    struct accept_once s = {{0}, listener, &o};
+    struct accept_once s = {.listener = listener, .o = &o};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, accept_once_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN(rt, accept_once_poll, rt_coro_drop, &s, &task), 0);
     int rc = rt_task_wait(task, 10 * SEC, NULL);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
@@ -135,9 +143,10 @@ struct connector {
     rt_coro co;
     const struct sockaddr_storage *addr;
     socklen_t addr_len;
-    int64_t timeout;
+    int64_t timeout; /* > 0: an rt_timeout around the connect; else no limit */
     rt_tcp_connect op;
-    bool op_live;
+    rt_timeout limit;
+    rt_future *awaited; /* &op.future, or &limit.future */
     rt_io *conn;
     int err;
     int64_t start, end;
@@ -146,24 +155,28 @@ struct connector {
 static struct event connector_pending = EVENT_INIT;
 static struct connector connector_result;
 
-/* Connects with the given timeout; stores its final state in
+/* Connects, within the given timeout; stores its final state in
  * connector_result (the connection, if any, is closed). */
 static rt_poll connector_poll(void *state, rt_context *cx, void **out)
 {
     struct connector *c = state;
     RT_CORO_BEGIN(&c->co);
     c->start = rt_now_ns();
-    c->err = rt_tcp_connect_init(&c->op, NULL, c->timeout);
+    c->err = rt_tcp_connect_init(&c->op, NULL, (const struct sockaddr *)c->addr, c->addr_len);
     if (c->err != 0)
         RT_RETURN(&c->co, out, (intptr_t)c->err);
-    c->op_live = true;
+    c->awaited = &c->op.future;
+    if (c->timeout > 0) {
+        c->err = rt_timeout_init(&c->limit, NULL, &c->op.future, c->timeout);
+        if (c->err != 0)
+            RT_RETURN(&c->co, out, (intptr_t)c->err);
+        c->awaited = &c->limit.future;
+    }
     c->err = 12345;
-    RT_AWAIT(&c->co, note_pending(rt_tcp_connect_poll(&c->op, cx, (const struct sockaddr *)c->addr,
-                                                      c->addr_len, &c->conn, &c->err),
-                                  &connector_pending));
+    RT_AWAIT_POLL(&c->co, note_pending(rt_future_poll(c->awaited, cx), &connector_pending));
     c->end = rt_now_ns();
-    rt_tcp_connect_drop(&c->op);
-    c->op_live = false;
+    c->err = (int)c->awaited->result;
+    c->conn = c->op.conn;
     connector_result = *c;
     if (c->err == 0 && c->conn != NULL) {
         rt_io_close(c->conn);
@@ -175,14 +188,15 @@ static rt_poll connector_poll(void *state, rt_context *cx, void **out)
 
 static atomic_int connector_drops;
 
+/* Dropping the timeout drops the connect too; either drop is a no-op on an
+ * operation that finished or was never initialised. */
 static void connector_drop(void *state)
 {
     struct connector *c = state;
-    if (c->op_live)
-        rt_tcp_connect_drop(&c->op);
+    RT_DROP(&c->limit);
+    RT_DROP(&c->op);
     if (c->conn != NULL)
         rt_io_close(c->conn);
-    c->op_live = false;
     c->conn = NULL;
     atomic_fetch_add(&connector_drops, 1);
 }
@@ -191,11 +205,39 @@ Test(net, connect_drop_accepts_a_zero_initialised_or_never_polled_operation)
 {
     rt_tcp_connect op;
     memset(&op, 0, sizeof op);
-    rt_tcp_connect_drop(&op);
+    RT_DROP(&op);
     rt_runtime *rt = new_runtime(1);
-    cr_assert_eq(rt_tcp_connect_init(&op, rt, 5 * SEC), 0);
-    rt_tcp_connect_drop(&op); /* initialised, never polled */
-    cr_assert_eq(rt_tcp_connect_init(&op, NULL, 0), -EINVAL, "NULL runtime outside a task");
+    int before = count_fds();
+    struct sockaddr_storage addr;
+    socklen_t len;
+    loopback(AF_INET, 9, &addr, &len);
+    cr_assert_eq(rt_tcp_connect_init(&op, rt, (const struct sockaddr *)&addr, len), 0);
+    RT_DROP(&op); /* initialised, never polled */
+    cr_assert_eq(op.result, -ECANCELED);
+    cr_assert_null(op.io);
+    /* The same inside a timeout, which the drop of the timeout drops. */
+    rt_timeout t;
+    cr_assert_eq(rt_tcp_connect_init(&op, rt, (const struct sockaddr *)&addr, len), 0);
+    cr_assert_eq(rt_timeout_init(&t, rt, &op.future, 5 * SEC), 0);
+    RT_DROP(&t);
+    cr_assert_eq(t.result, -ECANCELED);
+    cr_assert_eq(op.result, -ECANCELED, "the timeout's drop did not reach the connect");
+    cr_assert_eq(count_fds(), before, "a connect dropped unpolled left a descriptor open");
+
+    /* Failed inits leave the operation finished with the error. */
+    rt_context cx = noop_context();
+    cr_assert_eq(rt_tcp_connect_init(&op, NULL, (const struct sockaddr *)&addr, len), -EINVAL,
+                 "NULL runtime outside a task");
+    cr_assert_eq(op.result, -EINVAL);
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -EINVAL);
+    cr_assert_eq(rt_tcp_connect_init(&op, rt, NULL, len), -EINVAL, "NULL address");
+    cr_assert_eq(rt_tcp_connect_init(&op, rt, (const struct sockaddr *)&addr, 0), -EINVAL,
+                 "address length 0");
+    cr_assert_eq(rt_tcp_connect_init(&op, rt, (const struct sockaddr *)&addr,
+                                     (socklen_t)sizeof(struct sockaddr_storage) + 1),
+                 -EINVAL, "address longer than a sockaddr_storage");
+    cr_assert_eq(op.result, -EINVAL);
     finish_runtime(rt, 0);
 }
 
@@ -218,13 +260,14 @@ Test(net, connect_to_a_closed_port_is_econnrefused_and_leaves_no_descriptor)
         memset(&c, 0, sizeof c);
         c.addr = &addr;
         c.addr_len = len;
-        c.timeout = i == 0 ? 0 : 5 * SEC; /* with and without a limit */
+        c.timeout = i == 0 ? 0 : 5 * SEC; /* without and with a timeout around it */
         void *value = NULL;
         cr_assert_eq(rt_block_on(rt, connector_poll, connector_drop, &c, sizeof c, &value), 0);
         cr_assert_eq((intptr_t)value, -ECONNREFUSED, "connect gave %s",
                      rt_strerror((int)(intptr_t)value));
         cr_assert_null(connector_result.conn, "a failed connect handed out a connection");
         cr_assert_null(connector_result.op.io, "op.io is not NULL after the attempt");
+        cr_assert_eq(connector_result.op.result, -ECONNREFUSED);
         cr_assert_lt(connector_result.end - connector_result.start, 2 * SEC);
     }
     cr_assert_eq(count_fds(), before, "a refused connect left a descriptor open");
@@ -301,6 +344,9 @@ static void connect_with_timeout_to_full_listener(int64_t timeout)
                       (long long)(connector_result.end - connector_result.start),
                       (long long)timeout);
         cr_assert_null(connector_result.conn);
+        cr_assert_eq(connector_result.op.result, -ECANCELED,
+                     "the timeout did not drop the connect: %lld",
+                     (long long)connector_result.op.result);
     } else {
         cr_log_info("connect with a %lld ns timeout succeeded against a full backlog",
                     (long long)timeout);
@@ -393,6 +439,7 @@ struct pipe_breaker {
     int writes;
     int resets;
     ssize_t result;
+    rt_io_write wr;
     unsigned char buf[1024];
 };
 
@@ -403,7 +450,9 @@ static rt_poll pipe_breaker_poll(void *state, rt_context *cx, void **out)
     struct pipe_breaker *s = state;
     RT_CORO_BEGIN(&s->co);
     for (s->writes = 0; s->writes < 100000; s->writes++) {
-        RT_AWAIT(&s->co, rt_io_write(s->io, cx, s->buf, sizeof s->buf, &s->result));
+        rt_io_write_init(&s->wr, s->io, s->buf, sizeof s->buf);
+        RT_AWAIT(&s->co, cx, &s->wr);
+        s->result = (ssize_t)s->wr.result;
         if (s->result == -EPIPE)
             RT_RETURN(&s->co, out, (intptr_t)-EPIPE);
         if (s->result == -ECONNRESET) {
@@ -429,7 +478,7 @@ Test(net, writing_to_a_closed_peer_eventually_gives_epipe_and_never_sigpipe)
     cr_assert_not_null(s);
     s->io = conn;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, pipe_breaker_poll, NULL, s, sizeof *s, &value), 0);
+    cr_assert_eq(rt_block_on(rt, pipe_breaker_poll, rt_coro_drop, s, sizeof *s, &value), 0);
     free(s);
     cr_assert_eq((intptr_t)value, -EPIPE, "writes ended with %ld (%s)", (long)(intptr_t)value,
                  (intptr_t)value < 0 ? rt_strerror((int)(intptr_t)value) : "no error at all");
@@ -558,9 +607,10 @@ Test(net, aborting_a_waiting_accept_loses_no_connection)
     rt_io *l = listen_loopback(rt, AF_INET, 8, &addr, &len);
     struct accept_out first;
     memset(&first, 0, sizeof first);
-    struct accept_once s = {{0}, l, &first};
+    struct accept_once s = {.listener = l, .o = &first};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, announcing_accept_poll, NULL, &s, &task), 0);
+    /* rt_coro_drop drops the waiting accept. */
+    cr_assert_eq(RT_SPAWN(rt, announcing_accept_poll, rt_coro_drop, &s, &task), 0);
     cr_assert(event_wait_for(&acceptor_pending, 1));
     rt_task_abort(task);
     cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);

@@ -182,10 +182,12 @@ struct echo_server {
     rt_io *conn;
     int err;
     ssize_t result;
-    size_t progress;
     size_t echoed;
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    rt_tcp_accept acc;
+    rt_io_read rd;
+    rt_io_write_all wa;
     unsigned char buf[256];
 };
 
@@ -195,17 +197,23 @@ static rt_poll echo_server_poll(void *state, rt_context *cx, void **out)
 {
     struct echo_server *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->peer_len = sizeof s->peer;
-    RT_AWAIT(&s->co, rt_tcp_accept(s->listener, cx, &s->conn, &s->peer, &s->peer_len, &s->err));
+    rt_tcp_accept_init(&s->acc, s->listener);
+    RT_AWAIT(&s->co, cx, &s->acc);
+    s->err = (int)s->acc.result;
     if (s->err != 0)
         RT_RETURN(&s->co, out, (intptr_t)s->err);
+    s->conn = s->acc.conn;
+    s->peer = s->acc.peer;
+    s->peer_len = s->acc.peer_len;
     for (;;) {
-        RT_AWAIT(&s->co, rt_io_read(s->conn, cx, s->buf, sizeof s->buf, &s->result));
+        rt_io_read_init(&s->rd, s->conn, s->buf, sizeof s->buf);
+        RT_AWAIT(&s->co, cx, &s->rd);
+        s->result = (ssize_t)s->rd.result;
         if (s->result <= 0)
             break;
-        s->progress = 0;
-        RT_AWAIT(&s->co,
-                 rt_io_write_all(s->conn, cx, s->buf, (size_t)s->result, &s->progress, &s->result));
+        rt_io_write_all_init(&s->wa, s->conn, s->buf, (size_t)s->result);
+        RT_AWAIT(&s->co, cx, &s->wa);
+        s->result = (ssize_t)s->wa.result;
         if (s->result < 0)
             break;
         s->echoed += (size_t)s->result;
@@ -221,6 +229,7 @@ static rt_poll echo_server_poll(void *state, rt_context *cx, void **out)
 static void echo_server_drop(void *state)
 {
     struct echo_server *s = state;
+    rt_coro_cleanup(&s->co); /* the operation in flight, before its rt_io goes */
     if (s->conn != NULL)
         rt_io_close(s->conn);
     s->conn = NULL;
@@ -231,15 +240,15 @@ struct echo_client {
     const struct sockaddr_storage *addr;
     socklen_t addr_len;
     rt_tcp_connect op;
-    bool op_live;
     rt_io *conn;
     int err;
     int round;
-    size_t progress;
     size_t got;
     ssize_t result;
     struct sockaddr_storage local, peer;
     socklen_t local_len, peer_len;
+    rt_io_write_all wa;
+    rt_io_read rd;
     unsigned char msg[ECHO_LEN];
     unsigned char back[ECHO_LEN];
 };
@@ -250,16 +259,14 @@ static rt_poll echo_client_poll(void *state, rt_context *cx, void **out)
 {
     struct echo_client *c = state;
     RT_CORO_BEGIN(&c->co);
-    c->err = rt_tcp_connect_init(&c->op, NULL, 0);
+    c->err = rt_tcp_connect_init(&c->op, NULL, (const struct sockaddr *)c->addr, c->addr_len);
     if (c->err != 0)
         RT_RETURN(&c->co, out, (intptr_t)c->err);
-    c->op_live = true;
-    RT_AWAIT(&c->co, rt_tcp_connect_poll(&c->op, cx, (const struct sockaddr *)c->addr, c->addr_len,
-                                         &c->conn, &c->err));
-    rt_tcp_connect_drop(&c->op);
-    c->op_live = false;
+    RT_AWAIT(&c->co, cx, &c->op);
+    c->err = (int)c->op.result;
     if (c->err != 0)
         RT_RETURN(&c->co, out, (intptr_t)c->err);
+    c->conn = c->op.conn;
     c->local_len = sizeof c->local;
     c->peer_len = sizeof c->peer;
     if (rt_net_local_addr(c->conn, &c->local, &c->local_len) != 0 ||
@@ -268,13 +275,15 @@ static rt_poll echo_client_poll(void *state, rt_context *cx, void **out)
     for (c->round = 0; c->round < ECHO_ROUNDS; c->round++) {
         for (size_t i = 0; i < ECHO_LEN; i++)
             c->msg[i] = (unsigned char)(i * 7 + (size_t)c->round * 13 + 1);
-        c->progress = 0;
-        RT_AWAIT(&c->co, rt_io_write_all(c->conn, cx, c->msg, ECHO_LEN, &c->progress, &c->result));
+        rt_io_write_all_init(&c->wa, c->conn, c->msg, ECHO_LEN);
+        RT_AWAIT(&c->co, cx, &c->wa);
+        c->result = (ssize_t)c->wa.result;
         if (c->result != ECHO_LEN)
             RT_RETURN(&c->co, out, (intptr_t)(c->result < 0 ? c->result : -EIO));
         for (c->got = 0; c->got < ECHO_LEN;) {
-            RT_AWAIT(&c->co,
-                     rt_io_read(c->conn, cx, c->back + c->got, ECHO_LEN - c->got, &c->result));
+            rt_io_read_init(&c->rd, c->conn, c->back + c->got, ECHO_LEN - c->got);
+            RT_AWAIT(&c->co, cx, &c->rd);
+            c->result = (ssize_t)c->rd.result;
             if (c->result <= 0)
                 RT_RETURN(&c->co, out, (intptr_t)(c->result < 0 ? c->result : -EPIPE));
             c->got += (size_t)c->result;
@@ -291,11 +300,11 @@ static rt_poll echo_client_poll(void *state, rt_context *cx, void **out)
 static void echo_client_drop(void *state)
 {
     struct echo_client *c = state;
-    if (c->op_live)
-        rt_tcp_connect_drop(&c->op);
+    /* The operation in flight (a pending connect closes its half-open
+     * socket), before the connection goes. */
+    rt_coro_cleanup(&c->co);
     if (c->conn != NULL)
         rt_io_close(c->conn);
-    c->op_live = false;
     c->conn = NULL;
 }
 
@@ -394,6 +403,7 @@ struct udp_receiver {
     ssize_t result;
     struct sockaddr_storage from;
     socklen_t from_len;
+    rt_udp_recv_from op;
     unsigned char buf[64];
 };
 
@@ -403,10 +413,11 @@ static rt_poll udp_receiver_poll(void *state, rt_context *cx, void **out)
 {
     struct udp_receiver *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->from_len = sizeof s->from;
-    RT_AWAIT(&s->co, note_pending(rt_udp_recv_from(s->io, cx, s->buf, s->len, &s->from,
-                                                   &s->from_len, &s->result),
-                                  &udp_pending));
+    rt_udp_recv_from_init(&s->op, s->io, s->buf, s->len);
+    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->op, cx), &udp_pending));
+    s->result = (ssize_t)s->op.result;
+    s->from = s->op.from;
+    s->from_len = s->op.from_len;
     udp_received = *s;
     RT_RETURN(&s->co, out, (intptr_t)s->result);
     RT_CORO_END(&s->co, out);
@@ -418,7 +429,8 @@ struct udp_sender {
     const struct sockaddr_storage *to; /* NULL: rt_io_write on a connected socket */
     socklen_t to_len;
     size_t len;
-    ssize_t result;
+    rt_udp_send_to send;
+    rt_io_write wr;
     unsigned char buf[64];
 };
 
@@ -426,12 +438,15 @@ static rt_poll udp_sender_poll(void *state, rt_context *cx, void **out)
 {
     struct udp_sender *s = state;
     RT_CORO_BEGIN(&s->co);
-    if (s->to != NULL)
-        RT_AWAIT(&s->co, rt_udp_send_to(s->io, cx, s->buf, s->len, (const struct sockaddr *)s->to,
-                                        s->to_len, &s->result));
-    else
-        RT_AWAIT(&s->co, rt_io_write(s->io, cx, s->buf, s->len, &s->result));
-    RT_RETURN(&s->co, out, (intptr_t)s->result);
+    if (s->to != NULL) {
+        rt_udp_send_to_init(&s->send, s->io, s->buf, s->len, (const struct sockaddr *)s->to,
+                            s->to_len);
+        RT_AWAIT(&s->co, cx, &s->send);
+        RT_RETURN(&s->co, out, (intptr_t)s->send.result);
+    }
+    rt_io_write_init(&s->wr, s->io, s->buf, s->len);
+    RT_AWAIT(&s->co, cx, &s->wr);
+    RT_RETURN(&s->co, out, (intptr_t)s->wr.result);
     RT_CORO_END(&s->co, out);
 }
 
@@ -446,7 +461,7 @@ static intptr_t udp_send(rt_runtime *rt, rt_io *io, const struct sockaddr_storag
     s.len = strlen(msg);
     memcpy(s.buf, msg, s.len);
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, udp_sender_poll, NULL, &s, sizeof s, &value), 0);
+    cr_assert_eq(rt_block_on(rt, udp_sender_poll, rt_coro_drop, &s, sizeof s, &value), 0);
     return (intptr_t)value;
 }
 

@@ -289,11 +289,11 @@ Test(scheduler, wakes_racing_shutdown_leave_the_task_dropped_exactly_once)
 /* A joiner stores its waker in the task (JOIN_WAKER) while the task may be
  * completing on a worker, and may give up its handle at any moment. The
  * ownership rules say exactly one side drops each stored waker. Here a
- * foreign thread polls rt_task_join by hand with counted wakers against tasks
- * that finish at once, re-registers with a different waker, and detaches some
- * handles right after registering; at the end every clone must have been
- * dropped exactly once (live count 0, never negative) and every completed
- * join must have the task's value. */
+ * foreign thread polls rt_task_join operations by hand with counted wakers
+ * against tasks that finish at once, re-registers with a different waker, and
+ * drops some joins (which detaches their handles) right after registering; at
+ * the end every clone must have been dropped exactly once (live count 0,
+ * never negative) and every completed join must have the task's value. */
 
 #define JOIN_RACES 100000
 
@@ -355,28 +355,29 @@ Test(scheduler, join_wakers_are_dropped_exactly_once_when_joins_race_completion)
     for (uint32_t i = 0; i < JOIN_RACES; i++) {
         rt_task *t;
         cr_assert_eq(rt_spawn(rt, value_poll, NULL, &i, sizeof i, &t), 0);
+        rt_task_join join;
+        cr_assert_eq(rt_task_join_init(&join, t), 0);
         rt_context cx1 = rt_context_from_waker(first);
-        void *value = NULL;
-        int status = 1;
-        if (rt_task_join(t, &cx1, &value, &status) == RT_READY) {
-            cr_assert_eq(status, 0);
-            cr_assert_eq((uintptr_t)value, (uintptr_t)i + 1);
+        if (RT_POLL(&join, &cx1) == RT_READY) {
+            cr_assert_eq(join.result, 0);
+            cr_assert_eq((uintptr_t)join.value, (uintptr_t)i + 1);
             joined++;
             continue;
         }
         if (i % 3 == 0) {
-            /* Give the handle up while the task may be completing. */
-            rt_task_detach(t);
+            /* Give the handle up while the task may be completing: a join
+             * dropped unfinished detaches it. */
+            RT_DROP(&join);
             detached++;
             continue;
         }
         /* Replace the stored waker (the task may complete meanwhile), then
          * wait for the result by polling. */
         rt_context cx2 = rt_context_from_waker(i % 3 == 1 ? second : first);
-        while (rt_task_join(t, &cx2, &value, &status) != RT_READY)
+        while (RT_POLL(&join, &cx2) != RT_READY)
             sched_yield();
-        cr_assert_eq(status, 0);
-        cr_assert_eq((uintptr_t)value, (uintptr_t)i + 1);
+        cr_assert_eq(join.result, 0);
+        cr_assert_eq((uintptr_t)join.value, (uintptr_t)i + 1);
         joined++;
     }
     /* A detached task may not have run yet: shutdown cancels it, which is

@@ -43,9 +43,9 @@ static void queue_big_then_two_small(rt_semaphore *sem, struct hand *hb, rt_sema
     cr_assert_eq(rt_semaphore_acquire_init(big, sem, 3), 0);
     cr_assert_eq(rt_semaphore_acquire_init(s1, sem, 1), 0);
     cr_assert_eq(rt_semaphore_acquire_init(s2, sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(big, &hb->cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(s1, &hs1->cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(s2, &hs2->cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(big, &hb->cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(s1, &hs1->cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(s2, &hs2->cx), RT_PENDING);
 }
 
 Test(sync, semaphore_init_and_release_reject_bad_arguments)
@@ -77,8 +77,13 @@ Test(sync, semaphore_init_and_release_reject_bad_arguments)
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, RT_SEMAPHORE_MAX + 1), -EINVAL);
     cr_assert_eq(rt_semaphore_acquire_init(NULL, &sem, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_acquire_init(&op, NULL, 1), -EINVAL);
+    /* A failed init leaves the operation finished with its error. */
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(op.result, -EINVAL);
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, RT_SEMAPHORE_MAX), 0);
-    rt_semaphore_acquire_drop(&op); /* initialised, never polled */
+    RT_DROP(&op); /* initialised, never polled */
+    cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     rt_semaphore_destroy(&sem);
 }
@@ -117,11 +122,16 @@ Test(sync, semaphore_acquire_is_ready_at_once_when_permits_are_free)
     hand_init(&h);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 2), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
+    /* Finished: a second poll reports the same result and takes nothing. */
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     /* After RT_READY the permits are the caller's: drop does nothing. */
-    rt_semaphore_acquire_drop(&op);
-    rt_semaphore_acquire_drop(&op);
+    RT_DROP(&op);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, 0, "drop after RT_READY changed the result");
     cr_assert_eq(rt_semaphore_available(&sem), 0, "drop after RT_READY gave permits back");
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a ready acquisition kept a waker");
@@ -138,18 +148,29 @@ Test(sync, zero_initialised_operations_may_be_dropped)
     memset(&a, 0, sizeof a);
     memset(&l, 0, sizeof l);
     memset(&n, 0, sizeof n);
-    rt_semaphore_acquire_drop(&a);
-    rt_mutex_lock_drop(&l);
-    rt_notified_drop(&n);
-    rt_semaphore_acquire_drop(&a);
-    rt_mutex_lock_drop(&l);
-    rt_notified_drop(&n);
+    /* Polled, they finish at once with -EINVAL and wait for nothing. */
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&a, &cx), RT_READY);
+    cr_assert_eq(a.result, -EINVAL);
+    cr_assert_eq(RT_POLL(&l, &cx), RT_READY);
+    cr_assert_eq(l.result, -EINVAL);
+    cr_assert_eq(RT_POLL(&n, &cx), RT_READY);
+    cr_assert_eq(n.result, -EINVAL);
+    memset(&a, 0, sizeof a);
+    memset(&l, 0, sizeof l);
+    memset(&n, 0, sizeof n);
+    RT_DROP(&a);
+    RT_DROP(&l);
+    RT_DROP(&n);
+    RT_DROP(&a);
+    RT_DROP(&l);
+    RT_DROP(&n);
     /* And they are then usable as usual. */
     rt_semaphore sem;
     cr_assert_eq(rt_semaphore_init(&sem, 1), 0);
-    rt_context cx = noop_context();
     cr_assert_eq(rt_semaphore_acquire_init(&a, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&a, &cx), RT_READY);
+    cr_assert_eq(RT_POLL(&a, &cx), RT_READY);
+    cr_assert_eq(a.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     rt_semaphore_destroy(&sem);
@@ -165,7 +186,7 @@ Test(sync, semaphore_try_acquire_never_overtakes_a_queued_waiter)
     hand_init(&h);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 2), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     /* One permit is available, but a waiter is queued before the caller. */
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), -EAGAIN, "try_acquire barged past a waiter");
     cr_assert_eq(counting_wakes(&h.w), 0);
@@ -174,7 +195,8 @@ Test(sync, semaphore_try_acquire_never_overtakes_a_queued_waiter)
     /* Granted but not collected: nobody else may take them. */
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), -EAGAIN, "try_acquire took granted permits");
     cr_assert_eq(rt_semaphore_available(&sem), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a waker reference was not given back");
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
@@ -192,7 +214,7 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
     for (int i = 0; i < N; i++) {
         hand_init(&h[i]);
         cr_assert_eq(rt_semaphore_acquire_init(&op[i], &sem, 1), 0);
-        cr_assert_eq(rt_semaphore_acquire_poll(&op[i], &h[i].cx), RT_PENDING);
+        cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING);
     }
     for (int k = 0; k < N; k++) {
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
@@ -202,9 +224,10 @@ Test(sync, semaphore_waiters_polled_by_hand_are_served_in_fifo_order)
                          counting_wakes(&h[i].w));
         /* The later ones, polled first, still wait. */
         for (int i = N - 1; i > k; i--)
-            cr_assert_eq(rt_semaphore_acquire_poll(&op[i], &h[i].cx), RT_PENDING,
-                         "waiter %d overtook waiter %d", i, k);
-        cr_assert_eq(rt_semaphore_acquire_poll(&op[k], &h[k].cx), RT_READY, "waiter %d", k);
+            cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING, "waiter %d overtook waiter %d", i,
+                         k);
+        cr_assert_eq(RT_POLL(&op[k], &h[k].cx), RT_READY, "waiter %d", k);
+        cr_assert_eq(op[k].result, 0);
         cr_assert_eq(rt_semaphore_available(&sem), 0);
     }
     for (int i = 0; i < N; i++) {
@@ -226,13 +249,14 @@ Test(sync, semaphore_repoll_with_another_waker_wakes_the_latest_one)
     hand_init(&h2);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h1.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h2.cx), RT_PENDING);
     cr_assert_eq(counting_outstanding(&h1.w), 0, "the replaced waker was not released");
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&h2.w), 1, "the latest waker was not woken");
     cr_assert_eq(counting_wakes(&h1.w), 0, "the replaced waker was woken");
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &h2.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     rt_semaphore_destroy(&sem);
@@ -286,28 +310,31 @@ Test(sync, semaphore_big_acquire_at_the_head_is_not_overtaken_by_small_ones)
         cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
         cr_assert_eq(counting_wakes(&hb.w) + counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0,
                      "a waiter was woken with %d of the head's 3 permits released", k);
-        cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING,
+        cr_assert_eq(RT_POLL(&s1, &hs1.cx), RT_PENDING,
                      "a small acquisition overtook the big one at the head (%d released)", k);
-        cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING,
+        cr_assert_eq(RT_POLL(&s2, &hs2.cx), RT_PENDING,
                      "a small acquisition overtook the big one at the head (%d released)", k);
         cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), -EAGAIN, "try_acquire barged (%d)", k);
-        cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_PENDING);
+        cr_assert_eq(RT_POLL(&big, &hb.cx), RT_PENDING);
     }
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&hb.w), 1, "the head was not woken with its 3 permits there");
     cr_assert_eq(counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&big, &hb.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&big, &hb.cx), RT_READY);
+    cr_assert_eq(big.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&s2, &hs2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&s1, &hs1.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&hs1.w), 1);
     cr_assert_eq(counting_wakes(&hs2.w), 0, "the third waiter was served before the second");
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&s2, &hs2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&s1, &hs1.cx), RT_READY);
+    cr_assert_eq(s1.result, 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&hs2.w), 1);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&s2, &hs2.cx), RT_READY);
+    cr_assert_eq(s2.result, 0);
     cr_assert_eq(counting_outstanding(&hb.w), 0);
     cr_assert_eq(counting_outstanding(&hs1.w), 0);
     cr_assert_eq(counting_outstanding(&hs2.w), 0);
@@ -330,13 +357,16 @@ Test(sync, semaphore_dropping_a_partly_served_head_passes_its_permits_on)
     cr_assert_eq(counting_wakes(&hs1.w) + counting_wakes(&hs2.w), 0);
     /* The head gives up: the two permits it was waiting on go to the next
      * two waiters. */
-    rt_semaphore_acquire_drop(&big);
+    RT_DROP(&big);
+    cr_assert_eq(big.result, -ECANCELED);
     cr_assert_eq(counting_outstanding(&hb.w), 0, "the dropped head kept its waker");
     cr_assert_eq(counting_wakes(&hb.w), 0);
     cr_assert_eq(counting_wakes(&hs1.w), 1, "the permits did not pass to the second waiter");
     cr_assert_eq(counting_wakes(&hs2.w), 1, "the permits did not pass to the third waiter");
-    cr_assert_eq(rt_semaphore_acquire_poll(&s1, &hs1.cx), RT_READY);
-    cr_assert_eq(rt_semaphore_acquire_poll(&s2, &hs2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&s1, &hs1.cx), RT_READY);
+    cr_assert_eq(s1.result, 0);
+    cr_assert_eq(RT_POLL(&s2, &hs2.cx), RT_READY);
+    cr_assert_eq(s2.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(counting_outstanding(&hs1.w), 0);
     cr_assert_eq(counting_outstanding(&hs2.w), 0);
@@ -353,9 +383,9 @@ Test(sync, semaphore_dropping_a_partly_served_lone_waiter_returns_its_permits)
     hand_init(&h);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 4), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
-    rt_semaphore_acquire_drop(&op);
+    RT_DROP(&op);
     cr_assert_eq(rt_semaphore_available(&sem), 3, "permits were lost with the dropped waiter");
     cr_assert_eq(counting_outstanding(&h.w), 0);
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 3), 0);
@@ -372,18 +402,22 @@ Test(sync, semaphore_granted_but_uncollected_permits_pass_to_the_next_waiter)
     rt_semaphore_acquire op1, op2;
     cr_assert_eq(rt_semaphore_acquire_init(&op1, &sem, 1), 0);
     cr_assert_eq(rt_semaphore_acquire_init(&op2, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op1, &h1.cx), RT_PENDING);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1);
     cr_assert_eq(counting_wakes(&h2.w), 0);
     /* op1 was granted the permit but is dropped before it polls again. */
-    rt_semaphore_acquire_drop(&op1);
+    RT_DROP(&op1);
+    cr_assert_eq(op1.result, -ECANCELED, "a dropped acquisition reported the permit");
     cr_assert_eq(counting_wakes(&h2.w), 1, "the uncollected permit was not passed on");
-    cr_assert_eq(rt_semaphore_acquire_poll(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(op2.result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0, "the permit was both passed on and returned");
-    rt_semaphore_acquire_drop(&op1); /* idempotent */
-    rt_semaphore_acquire_drop(&op2); /* after RT_READY: nothing */
+    RT_DROP(&op1); /* idempotent */
+    RT_DROP(&op2); /* after RT_READY: nothing */
+    cr_assert_eq(op1.result, -ECANCELED);
+    cr_assert_eq(op2.result, 0, "a drop after RT_READY changed the result");
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(counting_outstanding(&h1.w), 0);
     cr_assert_eq(counting_outstanding(&h2.w), 0);
@@ -400,13 +434,14 @@ Test(sync, semaphore_granted_but_uncollected_permits_return_when_nobody_waits)
     hand_init(&h);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 2), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
     cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_semaphore_available(&sem), 0, "granted permits are counted as available");
-    rt_semaphore_acquire_drop(&op);
+    RT_DROP(&op);
+    cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(rt_semaphore_available(&sem), 2, "the granted permits were not given back");
-    rt_semaphore_acquire_drop(&op);
+    RT_DROP(&op);
     cr_assert_eq(rt_semaphore_available(&sem), 2, "a second drop gave permits back again");
     cr_assert_eq(counting_outstanding(&h.w), 0);
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 2), 0);
@@ -422,18 +457,21 @@ Test(sync, semaphore_pending_waiter_dropped_leaves_the_queue_and_its_waker)
     for (int i = 0; i < 3; i++) {
         hand_init(&h[i]);
         cr_assert_eq(rt_semaphore_acquire_init(&op[i], &sem, 1), 0);
-        cr_assert_eq(rt_semaphore_acquire_poll(&op[i], &h[i].cx), RT_PENDING);
+        cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING);
     }
-    rt_semaphore_acquire_drop(&op[1]);
+    RT_DROP(&op[1]);
+    cr_assert_eq(op[1].result, -ECANCELED);
     cr_assert_eq(counting_outstanding(&h[1].w), 0, "the dropped waiter's waker was kept");
-    rt_semaphore_acquire_drop(&op[1]);
+    RT_DROP(&op[1]);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&h[0].w), 1);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op[0], &h[0].cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op[0], &h[0].cx), RT_READY);
+    cr_assert_eq(op[0].result, 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
     cr_assert_eq(counting_wakes(&h[1].w), 0, "a dropped waiter was woken");
     cr_assert_eq(counting_wakes(&h[2].w), 1, "the permit went to the dropped waiter");
-    cr_assert_eq(rt_semaphore_acquire_poll(&op[2], &h[2].cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op[2], &h[2].cx), RT_READY);
+    cr_assert_eq(op[2].result, 0);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     for (int i = 0; i < 3; i++)
         cr_assert_eq(counting_outstanding(&h[i].w), 0, "waiter %d", i);
@@ -455,18 +493,19 @@ Test(sync, permits_granted_but_not_collected_count_toward_the_maximum)
     hand_init(&h);
     rt_semaphore_acquire op;
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, RT_SEMAPHORE_MAX), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     cr_assert_eq(rt_semaphore_release(&sem, RT_SEMAPHORE_MAX), 0);
     cr_assert_eq(counting_wakes(&h.w), 1);
     cr_assert_eq(rt_semaphore_available(&sem), 0);
     cr_assert_eq(rt_semaphore_release(&sem, 1), -EINVAL,
                  "a release beyond the maximum counting the uncollected grant");
-    rt_semaphore_acquire_drop(&op);
+    RT_DROP(&op);
     cr_assert_eq(rt_semaphore_available(&sem), RT_SEMAPHORE_MAX);
     cr_assert_eq(rt_semaphore_release(&sem, 1), -EINVAL);
     /* Collected permits are the caller's: releasing them is fine. */
     cr_assert_eq(rt_semaphore_acquire_init(&op, &sem, 5), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_semaphore_release(&sem, 5), 0);
     cr_assert_eq(rt_semaphore_available(&sem), RT_SEMAPHORE_MAX);
     cr_assert_eq(counting_outstanding(&h.w), 0);

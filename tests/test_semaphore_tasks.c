@@ -76,7 +76,11 @@ static rt_poll cons_task_poll(void *state, rt_context *cx, void **out)
             atomic_fetch_add(&cons_errors, 1);
             RT_RETURN(&t->co, out, NULL);
         }
-        RT_AWAIT(&t->co, rt_semaphore_acquire_poll(&t->op, cx));
+        RT_AWAIT(&t->co, cx, &t->op);
+        if (t->op.result != 0) {
+            atomic_fetch_add(&cons_errors, 1);
+            RT_RETURN(&t->co, out, NULL);
+        }
         cons_enter(t->k);
         if (t->i % 4 == 0)
             RT_YIELD(&t->co, cx); /* hold the permits across a suspension */
@@ -91,7 +95,7 @@ static rt_poll cons_task_poll(void *state, rt_context *cx, void **out)
 static void cons_task_drop(void *state)
 {
     struct cons_task *t = state;
-    rt_semaphore_acquire_drop(&t->op);
+    RT_DROP(&t->op);
 }
 
 struct cons_thread {
@@ -339,7 +343,7 @@ Test(sync, semaphore_acquire_blocking_queues_behind_a_waiter_and_wakes_on_a_rele
     hand_init(&h);
     rt_semaphore_acquire head;
     cr_assert_eq(rt_semaphore_acquire_init(&head, &sem, 1), 0);
-    cr_assert_eq(rt_semaphore_acquire_poll(&head, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL(&head, &h.cx), RT_PENDING);
 
     static struct blocking_acquirer b = {NULL, 0, -1, EVENT_INIT, EVENT_INIT};
     b.sem = &sem;
@@ -354,7 +358,8 @@ Test(sync, semaphore_acquire_blocking_queues_behind_a_waiter_and_wakes_on_a_rele
     cr_assert_eq((intptr_t)v, 0);
     cr_assert_eq(counting_wakes(&h.w), 1, "the head waiter was not served first");
     cr_assert_eq(event_count(&b.done), 0, "the blocked thread took the head's permit");
-    cr_assert_eq(rt_semaphore_acquire_poll(&head, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL(&head, &h.cx), RT_READY);
+    cr_assert_eq(head.result, 0);
     /* Two more from a task: the blocked thread's. */
     r.n = 2;
     cr_assert_eq(rt_block_on(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);

@@ -48,9 +48,10 @@ static rt_poll locker_poll(void *state, rt_context *cx, void **out)
                 cr_assert_eq(rt_mutex_lock_init(&l->op, l->m), 0);
                 l->armed = 1;
             }
-            if (rt_mutex_lock_poll(&l->op, cx) == RT_PENDING)
+            if (RT_POLL(&l->op, cx) == RT_PENDING)
                 return RT_PENDING;
-            rt_mutex_lock_drop(&l->op); /* after RT_READY: the lock stays held */
+            cr_assert_eq(l->op.result, 0, "lock: %s", rt_strerror((int)l->op.result));
+            RT_DROP(&l->op); /* after RT_READY: the lock stays held */
             l->armed = 0;
             l->holding = 1;
         }
@@ -76,7 +77,7 @@ static rt_poll locker_poll(void *state, rt_context *cx, void **out)
 static void locker_drop(void *state)
 {
     struct locker *l = state;
-    rt_mutex_lock_drop(&l->op);
+    RT_DROP(&l->op);
     if (l->holding)
         rt_mutex_unlock(l->m);
     rt_mutex_unref(l->m); /* after its operation: maybe the last reference */
@@ -130,8 +131,7 @@ static rt_poll waiter_poll(void *state, rt_context *cx, void **out)
         else
             cr_assert_eq(rt_notified_init(&w->notified, w->n), 0);
     }
-    rt_poll r = w->kind == WAIT_SEMAPHORE ? rt_semaphore_acquire_poll(&w->acquire, cx)
-                                          : rt_notified_poll(&w->notified, cx);
+    rt_poll r = w->kind == WAIT_SEMAPHORE ? RT_POLL(&w->acquire, cx) : RT_POLL(&w->notified, cx);
     if (r == RT_PENDING) {
         event_signal(&waiter_waiting);
         return RT_PENDING;
@@ -143,8 +143,8 @@ static rt_poll waiter_poll(void *state, rt_context *cx, void **out)
 static void waiter_drop(void *state)
 {
     struct waiter *w = state;
-    rt_semaphore_acquire_drop(&w->acquire);
-    rt_notified_drop(&w->notified);
+    RT_DROP(&w->acquire);
+    RT_DROP(&w->notified);
     rt_semaphore_unref(w->sem);
     rt_notify_unref(w->n);
     event_signal(&waiter_dropped);

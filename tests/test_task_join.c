@@ -1,9 +1,10 @@
-/* Black-box tests of a task's end (asyncrt/task.h): rt_task_join inside a
- * task, rt_task_wait (its value, a NULL task, timeouts that leave the handle
- * valid), -EDEADLK from blocking calls on a worker, detach, and abort (of an
- * idle, a queued or a finished task, during a poll, during the final poll),
- * rt_task_is_finished, a joiner aborted while its child runs on, and handles
- * that stay usable after the runtime is freed. */
+/* Black-box tests of a task's end (asyncrt/task.h): the rt_task_join
+ * operation inside a task and polled by hand (aborted through, dropped while
+ * pending), rt_task_wait (its value, a NULL task, timeouts that leave the
+ * handle valid), -EDEADLK from blocking calls on a worker, detach, and abort
+ * (of an idle, a queued or a finished task, during a poll, during the final
+ * poll), rt_task_is_finished, a joiner aborted while its child runs on, and
+ * handles that stay usable after the runtime is freed. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -56,9 +57,12 @@ struct joins_two {
     struct report *r;
     rt_task *first;
     rt_task *second;
+    rt_task_join join_first;
+    rt_task_join join_second;
 };
 
-/* Joins one child reading value and status, and another with NULL for both. */
+/* Joins one child reading its value and status, and another whose outcome
+ * it ignores. */
 static rt_poll joins_two_poll(void *state, rt_context *cx, void **out)
 {
     struct joins_two *s = state;
@@ -72,8 +76,12 @@ static rt_poll joins_two_poll(void *state, rt_context *cx, void **out)
     }
     if (s->r->rc[0] != 0 || s->r->rc[1] != 0)
         RT_RETURN(&s->co, out, NULL);
-    RT_AWAIT(&s->co, rt_task_join(s->first, cx, &s->r->values[0], &s->r->status[0]));
-    RT_AWAIT(&s->co, rt_task_join(s->second, cx, NULL, NULL));
+    rt_task_join_init(&s->join_first, s->first);
+    rt_task_join_init(&s->join_second, s->second);
+    RT_AWAIT(&s->co, cx, &s->join_first);
+    s->r->values[0] = s->join_first.value;
+    s->r->status[0] = (int)s->join_first.result;
+    RT_AWAIT(&s->co, cx, &s->join_second);
     RT_RETURN(&s->co, out, (uintptr_t)2);
     RT_CORO_END(&s->co, out);
 }
@@ -84,7 +92,9 @@ Test(task, join_inside_a_task_reports_the_value_and_a_zero_status)
     struct report r;
     memset(&r, 0, sizeof r);
     r.status[0] = 12345;
-    struct joins_two state = {{0}, &r, NULL, NULL};
+    struct joins_two state;
+    memset(&state, 0, sizeof state);
+    state.r = &r;
     void *value = NULL;
     cr_assert_eq(rt_block_on(rt, joins_two_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(r.rc[0], 0);
@@ -153,19 +163,20 @@ Test(task, wait_times_out_after_the_deadline_and_leaves_the_handle_valid)
 
 Test(task, wait_with_zero_timeout_on_a_finished_task_returns_its_value)
 {
-    static struct event joined = EVENT_INIT;
     static struct gate gate = GATE_INIT;
     rt_runtime *rt = new_runtime(1);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x99};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert(event_wait_for(&polled, 1));
 
-    /* A join polled by hand tells us, by its wake-up, when the task has
-     * finished while we still hold the handle. */
-    rt_context cx = event_context(&joined);
-    cr_assert_eq(rt_task_join(task, &cx, NULL, NULL), RT_PENDING);
+    /* A join operation would take the handle over, so the finish is learnt
+     * otherwise: the drop has run, and then the only worker has gone back to
+     * sleep, which it does only after it has finished with the task. */
     gate_open(&gate);
-    cr_assert(event_wait_for(&joined, 1));
+    cr_assert(event_wait_for(&dropped, 1));
+    cr_assert(wait_all_workers_parked(rt), "the worker never went back to sleep");
+    cr_assert(rt_task_is_finished(task));
 
     void *value = NULL;
     cr_assert_eq(rt_task_wait(task, 0, &value), 0);
@@ -191,6 +202,7 @@ struct blocks_on_worker {
     rt_runtime *other_rt;
     rt_task *other_task;
     rt_task *child;
+    rt_task_join join;
 };
 
 /* From inside a task, tries every blocking call the contract forbids on a
@@ -215,7 +227,10 @@ static rt_poll blocks_on_worker_poll(void *state, rt_context *cx, void **out)
     }
     /* The child was gated so that it could not finish during those calls. */
     gate_open(s->gate);
-    RT_AWAIT(&s->co, rt_task_join(s->child, cx, &s->r->values[0], &s->r->status[0]));
+    rt_task_join_init(&s->join, s->child);
+    RT_AWAIT(&s->co, cx, &s->join);
+    s->r->values[0] = s->join.value;
+    s->r->status[0] = (int)s->join.result;
     RT_RETURN(&s->co, out, (uintptr_t)3);
     RT_CORO_END(&s->co, out);
 }
@@ -231,7 +246,12 @@ Test(task, wait_and_block_on_inside_a_task_return_edeadlk_and_keep_the_handle)
     struct report r;
     memset(&r, 0, sizeof r);
     r.status[0] = 12345;
-    struct blocks_on_worker state = {{0}, &r, &gate, other, other_task, NULL};
+    struct blocks_on_worker state;
+    memset(&state, 0, sizeof state);
+    state.r = &r;
+    state.gate = &gate;
+    state.other_rt = other;
+    state.other_task = other_task;
     void *value = NULL;
     cr_assert_eq(rt_block_on(rt, blocks_on_worker_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)3);
@@ -476,16 +496,80 @@ Test(task, is_finished_turns_true_when_the_task_finishes)
     cr_assert_not(rt_task_is_finished(task), "a task behind a shut gate cannot be finished");
 
     rt_context cx = event_context(&joined);
-    cr_assert_eq(rt_task_join(task, &cx, NULL, NULL), RT_PENDING);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_not(rt_task_is_finished(join.task));
     gate_open(&gate);
     cr_assert(event_wait_for(&joined, 1));
-    cr_assert(rt_task_is_finished(task), "the joiner was woken but the task is not finished");
-    void *value = NULL;
-    int status = 12345;
-    cr_assert_eq(rt_task_join(task, &cx, &value, &status), RT_READY);
-    cr_assert_eq(value, (void *)(uintptr_t)0x42);
-    cr_assert_eq(status, 0);
+    cr_assert(rt_task_is_finished(join.task), "the joiner was woken but the task is not finished");
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.value, (void *)(uintptr_t)0x42);
+    cr_assert_eq(join.result, 0);
+    cr_assert_null(join.task, "the finished join kept the handle");
     finish_runtime(rt, 0);
+    gate_clear(&gate);
+}
+
+Test(task, abort_through_a_pending_join_cancels_the_task_and_the_join_reports_it)
+{
+    static struct event joined = EVENT_INIT;
+    static struct gate gate = GATE_INIT;
+    rt_runtime *rt = new_runtime(2);
+    struct gated_value state = {&gate, (void *)(uintptr_t)0xBAD};
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert(event_wait_for(&polled, 1));
+
+    rt_context cx = event_context(&joined);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    rt_task_abort(join.task);
+    cr_assert(event_wait_for(&joined, 1), "the joiner was not woken by the abort");
+    cr_assert(event_wait_for(&dropped, 1));
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.result, -ECANCELED);
+    cr_assert_null(join.value, "a cancelled join must report a NULL value");
+    cr_assert_null(join.task);
+    rt_metrics m;
+    finish_runtime_metrics(rt, 0, &m);
+    cr_assert_eq(atomic_load(&drops), 1);
+    cr_assert_eq(m.cancelled, 1);
+    gate_clear(&gate);
+}
+
+Test(task, join_dropped_while_pending_detaches_and_the_task_runs_on)
+{
+    static struct event joined = EVENT_INIT;
+    static struct gate gate = GATE_INIT;
+    rt_runtime *rt = new_runtime(2);
+    struct gated_value state = {&gate, (void *)(uintptr_t)0xD7};
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert(event_wait_for(&polled, 1));
+
+    rt_context cx = event_context(&joined);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    RT_DROP(&join);
+    cr_assert_eq(join.result, -ECANCELED);
+    cr_assert_null(join.task, "a dropped join still names the handle");
+    /* Dropped: polling it again reports the same, and waits for nothing. */
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.result, -ECANCELED);
+
+    /* The task was detached, not aborted: it finishes normally, and the
+     * detached handle leaks nothing (the sanitizer build checks). */
+    gate_open(&gate);
+    cr_assert(event_wait_for(&dropped, 1), "the detached task never finished");
+    rt_metrics m;
+    finish_runtime_metrics(rt, 0, &m);
+    cr_assert_eq(m.completed, 1);
+    cr_assert_eq(m.cancelled, 0);
+    cr_assert_eq(atomic_load(&polls), 2);
+    cr_assert_eq(event_count(&joined), 0, "the dropped join's waker was still woken");
     gate_clear(&gate);
 }
 
@@ -498,19 +582,22 @@ Test(task, abort_of_a_finished_task_keeps_its_result)
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
     rt_context cx = event_context(&joined);
-    cr_assert_eq(rt_task_join(task, &cx, NULL, NULL), RT_PENDING);
+    rt_task_join join;
+    cr_assert_eq(rt_task_join_init(&join, task), 0);
+    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
     gate_open(&gate);
     cr_assert(event_wait_for(&joined, 1));
-    cr_assert(rt_task_is_finished(task));
+    cr_assert(rt_task_is_finished(join.task));
 
-    rt_task_abort(task);
-    rt_task_abort(task);
-    cr_assert(rt_task_is_finished(task));
-    void *value = NULL;
-    int status = 12345;
-    cr_assert_eq(rt_task_join(task, &cx, &value, &status), RT_READY);
-    cr_assert_eq(status, 0, "aborting a finished task changed its status to %d", status);
-    cr_assert_eq(value, (void *)(uintptr_t)0x1EF7);
+    /* The join still owns the handle (it has not been polled to the end),
+     * and an abort through it is allowed. */
+    rt_task_abort(join.task);
+    rt_task_abort(join.task);
+    cr_assert(rt_task_is_finished(join.task));
+    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(join.result, 0, "aborting a finished task changed its result to %lld",
+                 (long long)join.result);
+    cr_assert_eq(join.value, (void *)(uintptr_t)0x1EF7);
     rt_metrics m;
     finish_runtime_metrics(rt, 0, &m);
     cr_assert_eq(atomic_load(&drops), 1);
@@ -528,6 +615,7 @@ struct joiner {
     struct gate *child_gate;
     rt_task *child;
     int spawn_rc;
+    rt_task_join join;
 };
 
 static rt_poll joiner_poll(void *state, rt_context *cx, void **out)
@@ -540,29 +628,34 @@ static rt_poll joiner_poll(void *state, rt_context *cx, void **out)
     }
     if (s->spawn_rc != 0)
         RT_RETURN(&s->co, out, NULL);
-    event_signal(&joiner_joining);
-    RT_AWAIT(&s->co, rt_task_join(s->child, cx, NULL, NULL));
-    /* The join released the handle. */
+    /* From here on the join owns the handle. */
+    rt_task_join_init(&s->join, s->child);
     s->child = NULL;
+    event_signal(&joiner_joining);
+    RT_AWAIT(&s->co, cx, &s->join);
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
 }
 
-/* Follows the abort-safety rule of rt_task_join: a joiner dropped while
- * waiting detaches the handle it was joining. */
+/* Drops the join it may be waiting in: a join dropped unfinished detaches
+ * the handle it owns (and the child is not touched otherwise). */
 static void joiner_drop(void *state)
 {
     struct joiner *s = state;
-    rt_task_detach(s->child);
-    atomic_fetch_add(&joiner_drops, 1);
+    RT_DROP(&s->join);
+    if (s->join.result == -ECANCELED && s->join.task == NULL)
+        atomic_fetch_add(&joiner_drops, 1);
     event_signal(&joiner_dropped);
 }
 
-Test(task, aborted_joiner_that_detaches_in_its_drop_leaves_the_child_running)
+Test(task, aborted_joiner_whose_drop_drops_the_join_leaves_the_child_running)
 {
     static struct gate child_gate = GATE_INIT;
     rt_runtime *rt = new_runtime(2);
-    struct joiner state = {{0}, &child_gate, NULL, -1};
+    struct joiner state;
+    memset(&state, 0, sizeof state);
+    state.child_gate = &child_gate;
+    state.spawn_rc = -1;
     rt_task *joiner = NULL;
     cr_assert_eq(RT_SPAWN(rt, joiner_poll, joiner_drop, &state, &joiner), 0);
     cr_assert(event_wait_for(&joiner_joining, 1));
@@ -576,7 +669,8 @@ Test(task, aborted_joiner_that_detaches_in_its_drop_leaves_the_child_running)
     cr_assert(event_wait_for(&dropped, 1), "the detached child never finished");
     rt_metrics m;
     finish_runtime_metrics(rt, 0, &m);
-    cr_assert_eq(atomic_load(&joiner_drops), 1);
+    cr_assert_eq(atomic_load(&joiner_drops), 1,
+                 "the dropped join does not report -ECANCELED or still names the handle");
     cr_assert_eq(atomic_load(&drops), 1);
     cr_assert_eq(m.completed, 1, "the child completes");
     cr_assert_eq(m.cancelled, 1, "the joiner is cancelled");

@@ -90,6 +90,7 @@ struct spawns_children {
     struct report *r;
     rt_task *explicit_child;
     rt_task *implicit_child;
+    rt_task_join joins[2];
 };
 
 /* Spawns one child with rt_current() and one with a NULL runtime, and joins
@@ -103,8 +104,14 @@ static rt_poll spawns_children_poll(void *state, rt_context *cx, void **out)
     s->r->rc[1] = rt_spawn(NULL, report_current_poll, NULL, NULL, 0, &s->implicit_child);
     if (s->r->rc[0] != 0 || s->r->rc[1] != 0)
         RT_RETURN(&s->co, out, NULL);
-    RT_AWAIT(&s->co, rt_task_join(s->explicit_child, cx, &s->r->values[0], &s->r->status[0]));
-    RT_AWAIT(&s->co, rt_task_join(s->implicit_child, cx, &s->r->values[1], &s->r->status[1]));
+    rt_task_join_init(&s->joins[0], s->explicit_child);
+    rt_task_join_init(&s->joins[1], s->implicit_child);
+    RT_AWAIT(&s->co, cx, &s->joins[0]);
+    RT_AWAIT(&s->co, cx, &s->joins[1]);
+    for (int i = 0; i < 2; i++) {
+        s->r->values[i] = s->joins[i].value;
+        s->r->status[i] = (int)s->joins[i].result;
+    }
     RT_RETURN(&s->co, out, (uintptr_t)1);
     RT_CORO_END(&s->co, out);
 }
@@ -115,7 +122,9 @@ Test(task, spawn_inside_a_task_with_the_current_or_a_null_runtime_runs_the_child
     struct report r;
     memset(&r, 0, sizeof r);
     r.status[0] = r.status[1] = 12345;
-    struct spawns_children state = {{0}, &r, NULL, NULL};
+    struct spawns_children state;
+    memset(&state, 0, sizeof state);
+    state.r = &r;
     void *value = NULL;
     cr_assert_eq(rt_block_on(rt, spawns_children_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(r.rc[0], 0, "spawn with rt_current(): %s", rt_strerror(r.rc[0]));

@@ -43,8 +43,6 @@ static struct event ordered_all_armed = EVENT_INIT;
 struct ordered_sleeper {
     rt_coro co;
     int index;
-    int err;
-    bool armed;
     int64_t deadline;
     rt_sleep s;
 };
@@ -55,11 +53,10 @@ static rt_poll ordered_sleeper_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&o->co);
     if (rt_sleep_until_init(&o->s, NULL, o->deadline) != 0)
         RT_RETURN(&o->co, out, (intptr_t)-1);
-    o->armed = true;
-    if (rt_sleep_poll(&o->s, cx, &o->err) == RT_PENDING) {
+    if (RT_POLL(&o->s, cx) == RT_PENDING) {
         if (atomic_fetch_add(&ordered_armed, 1) + 1 == ORDERED_TASKS)
             event_signal(&ordered_all_armed);
-        RT_AWAIT(&o->co, rt_sleep_poll(&o->s, cx, &o->err));
+        RT_AWAIT(&o->co, cx, &o->s);
     } else {
         /* Ready at the first poll: the spawn phase overran the lead time. */
         if (atomic_fetch_add(&ordered_armed, 1) + 1 == ORDERED_TASKS)
@@ -67,18 +64,14 @@ static rt_poll ordered_sleeper_poll(void *state, rt_context *cx, void **out)
     }
     completion_time[o->index] = rt_now_ns();
     completion_rank[o->index] = atomic_fetch_add(&completion_counter, 1);
-    rt_sleep_drop(&o->s);
-    o->armed = false;
-    RT_RETURN(&o->co, out, (intptr_t)o->err);
+    RT_RETURN(&o->co, out, (intptr_t)o->s.result);
     RT_CORO_END(&o->co, out);
 }
 
 static void ordered_sleeper_drop(void *state)
 {
     struct ordered_sleeper *o = state;
-    if (o->armed)
-        rt_sleep_drop(&o->s);
-    o->armed = false;
+    RT_DROP(&o->s);
 }
 
 Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
@@ -91,7 +84,7 @@ Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
     int64_t base = rt_now_ns() + lead;
     for (int k = 0; k < ORDERED_TASKS; k++) {
         int i = (int)(((long)k * 389) % ORDERED_TASKS); /* 389 is prime to 1000 */
-        struct ordered_sleeper o = {{0}, i, 0, false, base + (int64_t)i * ORDER_SPACING_NS, {0}};
+        struct ordered_sleeper o = {.index = i, .deadline = base + (int64_t)i * ORDER_SPACING_NS};
         cr_assert_eq(RT_SPAWN(rt, ordered_sleeper_poll, ordered_sleeper_drop, &o, &tasks[i]), 0);
     }
     cr_assert(event_wait_for(&ordered_all_armed, 1));
@@ -200,7 +193,7 @@ Test(timer, thousand_timers_spaced_2ms_apart_fire_in_deadline_order_on_the_react
         cr_assert_eq(rt_sleep_until_init(&sleeps[i], rt, base + (int64_t)i * ORDER_SPACING_NS), 0);
         rt_waker w = {&fire_vtable, &fire_records[i]};
         rt_context cx = rt_context_from_waker(w);
-        cr_assert_eq(rt_sleep_poll(&sleeps[i], &cx, NULL), RT_PENDING);
+        cr_assert_eq(RT_POLL(&sleeps[i], &cx), RT_PENDING);
     }
     cr_assert_lt(rt_now_ns(), base, "arming 1000 timers took longer than the lead");
     cr_assert(event_wait_for(&fire_all, ORDERED_TASKS), "only %ld of %d timers fired",
@@ -214,12 +207,11 @@ Test(timer, thousand_timers_spaced_2ms_apart_fire_in_deadline_order_on_the_react
                       (long long)(deadline - fire_records[i].time));
         if (fire_records[i].time - deadline > worst)
             worst = fire_records[i].time - deadline;
-        int err = 12345;
         rt_waker w = {&fire_vtable, &fire_records[i]};
         rt_context cx = rt_context_from_waker(w);
-        cr_assert_eq(rt_sleep_poll(&sleeps[i], &cx, &err), RT_READY, "timer %d woke but pends", i);
-        cr_assert_eq(err, 0);
-        rt_sleep_drop(&sleeps[i]);
+        cr_assert_eq(RT_POLL(&sleeps[i], &cx), RT_READY, "timer %d woke but pends", i);
+        cr_assert_eq(sleeps[i].result, 0);
+        RT_DROP(&sleeps[i]);
     }
     cr_log_info("reactor: worst timer lateness %lld us", (long long)(worst / 1000));
     for (int i = 0; i < ORDERED_TASKS; i++)
@@ -271,7 +263,7 @@ Test(timer, shutdown_with_1000_pending_sleeps_cancels_each_once_and_leaks_nothin
     for (int i = 0; i < PENDING_SLEEPERS; i++) {
         /* Durations from 1 s to over an hour: several wheel levels. */
         int64_t d = SEC + (int64_t)i * 4 * SEC;
-        struct pending_sleeper s = {{{0}, d, false, 0, {0}}, i, false};
+        struct pending_sleeper s = {.p = {.duration = d}, .index = i};
         cr_assert_eq(RT_SPAWN(rt, pending_sleeper_poll, pending_sleeper_drop, &s, NULL), 0);
     }
     cr_assert(event_wait_for(&pending_sleepers_all_waiting, 1), "only %d of %d tasks slept",
@@ -294,7 +286,6 @@ static struct event many_all_done = EVENT_INIT;
 
 struct many_sleeper {
     rt_coro co;
-    int err;
     int64_t deadline;
     rt_sleep s;
 };
@@ -306,25 +297,16 @@ static rt_poll many_sleeper_poll(void *state, rt_context *cx, void **out)
     if (rt_sleep_until_init(&m->s, NULL, m->deadline) != 0) {
         atomic_fetch_add(&many_errors, 1);
     } else {
-        RT_AWAIT(&m->co, rt_sleep_poll(&m->s, cx, &m->err));
+        RT_AWAIT(&m->co, cx, &m->s);
         if (rt_now_ns() < m->deadline)
             atomic_fetch_add(&many_early, 1);
-        if (m->err != 0)
+        if (m->s.result != 0)
             atomic_fetch_add(&many_errors, 1);
-        rt_sleep_drop(&m->s);
     }
     if (atomic_fetch_add(&many_done, 1) + 1 == MANY_SLEEPERS)
         event_signal(&many_all_done);
     RT_RETURN(&m->co, out, NULL);
     RT_CORO_END(&m->co, out);
-}
-
-static void many_sleeper_drop(void *state)
-{
-    struct many_sleeper *m = state;
-    /* Only reached unfinished if the test failed; the sleep may be armed. */
-    if (m->co.line != RT_CORO_DONE && m->co.line != 0)
-        rt_sleep_drop(&m->s);
 }
 
 Test(timer, hundred_thousand_concurrent_sleeps_all_complete_and_none_early)
@@ -334,8 +316,8 @@ Test(timer, hundred_thousand_concurrent_sleeps_all_complete_and_none_early)
     for (long i = 0; i < MANY_SLEEPERS; i++) {
         /* Deadlines spread over 0.1 .. 1.1 s, in a scrambled order. */
         int64_t offset = (int64_t)((i * 7919) % 1000) * MS + (i % 997) * 1000;
-        struct many_sleeper m = {{0}, 0, base + offset, {0}};
-        cr_assert_eq(RT_SPAWN(rt, many_sleeper_poll, many_sleeper_drop, &m, NULL), 0);
+        struct many_sleeper m = {.deadline = base + offset};
+        cr_assert_eq(RT_SPAWN(rt, many_sleeper_poll, rt_coro_drop, &m, NULL), 0);
     }
     bool done = event_wait_for_s(&many_all_done, 1, 90);
     cr_assert(done, "only %ld of %d sleeps completed", atomic_load(&many_done), MANY_SLEEPERS);

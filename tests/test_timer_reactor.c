@@ -73,9 +73,9 @@ static void *race_thread_main(void *arg)
         int64_t duration = (int64_t)(rand_r(&th->seed) % 5) * 100000;
         rt_sleep s;
         rt_sleep_init(&s, th->rt, duration);
-        if (rt_sleep_poll(&s, &first, NULL) == RT_READY) {
+        if (RT_POLL(&s, &first) == RT_READY) {
             r->ready_at_once = true;
-            rt_sleep_drop(&s);
+            RT_DROP(&s);
             continue;
         }
         if (r->mode == RACE_REPOLL_NEAR_FIRE) {
@@ -84,19 +84,19 @@ static void *race_thread_main(void *arg)
             int64_t until = s.deadline_ns + (int64_t)(rand_r(&th->seed) % 600000) - 200000;
             while (rt_now_ns() < until) {
             }
-            r->repoll = rt_sleep_poll(&s, &second, NULL);
+            r->repoll = RT_POLL(&s, &second);
             if (r->repoll == RT_PENDING) {
                 if (!event_wait_for(&r->second.woken, 1))
                     th->hung = true;
-                else if (rt_sleep_poll(&s, &second, NULL) != RT_READY)
+                else if (RT_POLL(&s, &second) != RT_READY)
                     th->hung = true;
             }
         } else if (r->mode == RACE_WAIT_FOR_WAKE) {
-            if (!event_wait_for(&r->first.woken, 1) || rt_sleep_poll(&s, &first, NULL) != RT_READY)
+            if (!event_wait_for(&r->first.woken, 1) || RT_POLL(&s, &first) != RT_READY)
                 th->hung = true;
             r->woke_before_deadline = rt_now_ns() < s.deadline_ns;
         }
-        rt_sleep_drop(&s);
+        RT_DROP(&s);
     }
     return NULL;
 }
@@ -220,15 +220,14 @@ static void *stop_race_main(void *arg)
         rt_context second = counting_context(&p->second);
         th->used = i + 1;
         rt_sleep_init(&p->s, th->rt, 10 * SEC);
-        int err = 0;
-        if (rt_sleep_poll(&p->s, &first, &err) == RT_READY)
+        if (RT_POLL(&p->s, &first) == RT_READY)
             p->waiting = NULL;
         else if (i % 2 == 0)
             p->waiting = &p->first;
         else /* replace the waker, racing the stop's release of the wheel */
-            p->waiting = rt_sleep_poll(&p->s, &second, &err) == RT_PENDING ? &p->second : NULL;
+            p->waiting = RT_POLL(&p->s, &second) == RT_PENDING ? &p->second : NULL;
         /* Ready only because shutdown began: a 10 s sleep cannot be due. */
-        if (p->waiting == NULL && err != -ESHUTDOWN)
+        if (p->waiting == NULL && p->s.result != -ESHUTDOWN)
             th->bad_error = true;
         if (i == 50)
             event_signal(th->progress);
@@ -282,7 +281,7 @@ Test(timer, sleeps_armed_by_hand_while_the_runtime_shuts_down_are_woken_and_leak
                               "round %d thread %d sleep %d: pending with the second waker, "
                               "woken %ld / %ld times",
                               round, t, i, a, b);
-                rt_sleep_drop(&p->s);
+                RT_DROP(&p->s);
                 cr_assert_eq(counting_outstanding(&p->first), 0);
                 cr_assert_eq(counting_outstanding(&p->second), 0);
             }
@@ -348,7 +347,7 @@ Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
         counting_waker_init(&sleeps[i].w);
         rt_context cx = counting_context(&sleeps[i].w);
         cr_assert_eq(rt_sleep_init(&sleeps[i].s, rt, 10 * SEC), 0);
-        cr_assert_eq(rt_sleep_poll(&sleeps[i].s, &cx, NULL), RT_PENDING);
+        cr_assert_eq(RT_POLL(&sleeps[i].s, &cx), RT_PENDING);
         /* The first command wakes the reactor into the turn the hook holds. */
         if (i == 0)
             cr_assert(event_wait_for_s(&backlog_held, 1, 10), "the reactor never began a turn");
@@ -358,10 +357,9 @@ Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
         cr_assert_eq(counting_wakes(&sleeps[i].w), 1, "sleep %d: woken %ld times by shutdown", i,
                      counting_wakes(&sleeps[i].w));
         rt_context cx = counting_context(&sleeps[i].w);
-        int err = 0;
-        cr_assert_eq(rt_sleep_poll(&sleeps[i].s, &cx, &err), RT_READY);
-        cr_assert_eq(err, -ESHUTDOWN);
-        rt_sleep_drop(&sleeps[i].s);
+        cr_assert_eq(RT_POLL(&sleeps[i].s, &cx), RT_READY);
+        cr_assert_eq(sleeps[i].s.result, -ESHUTDOWN);
+        RT_DROP(&sleeps[i].s);
         cr_assert_eq(counting_outstanding(&sleeps[i].w), 0);
     }
     rt__debug_window_hook = NULL;
@@ -422,12 +420,12 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
     for (int attempt = 0; attempt < 5 && !held; attempt++) {
         hand_init(&h);
         cr_assert_eq(rt_sleep_init(&s, rt, 20 * MS), 0);
-        cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_PENDING);
+        cr_assert_eq(RT_POLL(&s, &h.cx), RT_PENDING);
         held = event_wait_for_s(&starve_held, 1, 2);
         if (!held) {
             cr_assert_eq(counting_wakes(&h.w), 1, "the sleep neither fired nor was held in 2 s");
-            cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_READY);
-            rt_sleep_drop(&s);
+            cr_assert_eq(RT_POLL(&s, &h.cx), RT_READY);
+            RT_DROP(&s);
         }
     }
     cr_assert(held, "the reactor never woke for a deadline in five attempts");
@@ -440,8 +438,8 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
 
     /* Released, the reactor fires the sleep. */
     cr_assert(event_wait_for_s(&h.w.woken, 1, 10), "the sleep never fired");
-    cr_assert_eq(rt_sleep_poll(&s, &h.cx, NULL), RT_READY);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &h.cx), RT_READY);
+    RT_DROP(&s);
     rt__debug_window_hook = NULL;
     finish_runtime(rt, 0);
 }

@@ -49,9 +49,8 @@ static rt_poll preinit_sleep_poll(void *state, rt_context *cx, void **out)
 {
     struct plain_sleep *p = state;
     RT_CORO_BEGIN(&p->co);
-    RT_AWAIT(&p->co, rt_sleep_poll(&p->s, cx, &p->err));
-    rt_sleep_drop(&p->s);
-    p->armed = false;
+    RT_AWAIT(&p->co, cx, &p->s);
+    p->err = (int)p->s.result;
     RT_RETURN(&p->co, out, (intptr_t)p->err);
     RT_CORO_END(&p->co, out);
 }
@@ -60,7 +59,7 @@ static rt_poll preinit_sleep_poll(void *state, rt_context *cx, void **out)
  * runtime (so even the test's own waiting goes through the timer). */
 static void runtime_sleep(rt_runtime *rt, int64_t ns)
 {
-    struct plain_sleep p = {{0}, ns, false, 0, {0}};
+    struct plain_sleep p = {.duration = ns};
     void *value = (void *)(intptr_t)-99;
     cr_assert_eq(rt_block_on(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &value), 0);
     cr_assert_eq((intptr_t)value, 0, "helper sleep failed: %s", rt_strerror((int)(intptr_t)value));
@@ -123,18 +122,41 @@ Test(timer, now_ns_is_monotonic_on_every_thread)
 
 Test(timer, init_functions_reject_a_missing_runtime_and_bad_periods)
 {
+    rt_context cx = noop_context();
     rt_sleep s;
     rt_timeout t;
     rt_interval iv;
-    /* NULL means rt_current(), which is NULL on the test thread. */
+    /* NULL means rt_current(), which is NULL on the test thread. A failed
+     * init leaves the operation finished with the error: polling it reports
+     * RT_READY with that result. */
     cr_assert_eq(rt_sleep_init(&s, NULL, MS), -EINVAL);
+    cr_assert_eq(s.result, -EINVAL);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(s.result, -EINVAL);
     cr_assert_eq(rt_sleep_until_init(&s, NULL, rt_now_ns() + MS), -EINVAL);
-    cr_assert_eq(rt_timeout_init(&t, NULL, MS), -EINVAL);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(s.result, -EINVAL);
+    /* The inner operation is not NULL (a finished one): only the runtime
+     * is missing. */
+    cr_assert_eq(rt_timeout_init(&t, NULL, &s.future, MS), -EINVAL);
+    cr_assert_eq(RT_POLL(&t, &cx), RT_READY);
+    cr_assert_eq(t.result, -EINVAL);
+    cr_assert_eq(rt_deadline_init(&t, NULL, &s.future, rt_now_ns() + MS), -EINVAL);
+    cr_assert_eq(t.result, -EINVAL);
     cr_assert_eq(rt_interval_init(&iv, NULL, MS), -EINVAL);
+    cr_assert_eq(RT_POLL(&iv, &cx), RT_READY);
+    cr_assert_eq(iv.result, -EINVAL);
 
     rt_runtime *rt = new_runtime(1);
     cr_assert_eq(rt_interval_init(&iv, rt, 0), -EINVAL, "period 0");
+    cr_assert_eq(iv.result, -EINVAL);
     cr_assert_eq(rt_interval_init(&iv, rt, -5 * MS), -EINVAL, "negative period");
+    cr_assert_eq(iv.result, -EINVAL);
+    /* A timeout needs an operation to limit. */
+    cr_assert_eq(rt_timeout_init(&t, rt, NULL, MS), -EINVAL, "no inner operation");
+    cr_assert_eq(t.result, -EINVAL);
+    cr_assert_eq(rt_deadline_init(&t, rt, NULL, rt_now_ns() + MS), -EINVAL, "no inner operation");
+    cr_assert_eq(t.result, -EINVAL);
     finish_runtime(rt, 0);
 }
 
@@ -146,17 +168,32 @@ Test(timer, drop_functions_accept_zero_initialised_structs)
     memset(&s, 0, sizeof s);
     memset(&t, 0, sizeof t);
     memset(&iv, 0, sizeof iv);
-    rt_sleep_drop(&s);
-    rt_timeout_drop(&t);
-    rt_interval_drop(&iv);
+    cr_assert(!rt_future_is_done(&s.future), "a zeroed sleep counts as done");
+    RT_DROP(&s);
+    RT_DROP(&t);
+    RT_DROP(&iv);
+    /* A zeroed operation polled finishes at once with -EINVAL. */
+    rt_context noop = noop_context();
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(RT_POLL(&s, &noop), RT_READY);
+    cr_assert_eq(s.result, -EINVAL);
+    memset(&iv, 0, sizeof iv);
+    cr_assert_eq(RT_POLL(&iv, &noop), RT_READY);
+    cr_assert_eq(iv.result, -EINVAL);
     /* A zeroed struct is then initialised and used as usual. */
     rt_runtime *rt = new_runtime(1);
     struct counting_waker w;
     counting_waker_init(&w);
     rt_context cx = counting_context(&w);
     cr_assert_eq(rt_sleep_init(&s, rt, 10 * SEC), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_PENDING);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    cr_assert(!rt_future_is_done(&s.future));
+    RT_DROP(&s);
+    cr_assert_eq(s.result, -ECANCELED, "a dropped pending sleep: %lld", (long long)s.result);
+    cr_assert(rt_future_is_done(&s.future));
+    /* Dropping again is a no-op. */
+    RT_DROP(&s);
+    cr_assert_eq(s.result, -ECANCELED);
     finish_runtime(rt, 0);
     cr_assert_eq(counting_outstanding(&w), 0);
 }
@@ -192,8 +229,6 @@ struct sequential_sleeper {
     rt_coro co;
     unsigned i;
     unsigned rounds;
-    bool armed;
-    int err;
     struct sleep_record *records; /* rounds * ODD_DURATIONS, owned by the test */
     rt_sleep s;
 };
@@ -209,12 +244,11 @@ static rt_poll sequential_sleeper_poll(void *state, rt_context *cx, void **out)
         q->records[q->i].init_rc = rt_sleep_init(&q->s, NULL, odd_durations[q->i % ODD_DURATIONS]);
         if (q->records[q->i].init_rc != 0)
             RT_RETURN(&q->co, out, NULL);
-        q->armed = true;
-        RT_AWAIT(&q->co, (q->records[q->i].polls++, rt_sleep_poll(&q->s, cx, &q->err)));
+        /* Counting the polls: a poll expression rather than an operation
+         * in flight, so the drop function drops the sleep itself. */
+        RT_AWAIT_POLL(&q->co, (q->records[q->i].polls++, RT_POLL(&q->s, cx)));
         q->records[q->i].end = rt_now_ns();
-        q->records[q->i].err = q->err;
-        rt_sleep_drop(&q->s);
-        q->armed = false;
+        q->records[q->i].err = (int)q->s.result;
     }
     RT_RETURN(&q->co, out, NULL);
     RT_CORO_END(&q->co, out);
@@ -223,9 +257,7 @@ static rt_poll sequential_sleeper_poll(void *state, rt_context *cx, void **out)
 static void sequential_sleeper_drop(void *state)
 {
     struct sequential_sleeper *q = state;
-    if (q->armed)
-        rt_sleep_drop(&q->s);
-    q->armed = false;
+    RT_DROP(&q->s);
 }
 
 Test(timer, sleep_never_completes_early_and_is_not_absurdly_late)
@@ -236,7 +268,7 @@ Test(timer, sleep_never_completes_early_and_is_not_absurdly_late)
     rt_task *tasks[SLEEPERS];
     /* Three sleepers at once, so the reactor juggles several timers. */
     for (int k = 0; k < SLEEPERS; k++) {
-        struct sequential_sleeper q = {{0}, 0, ROUNDS, false, 0, records[k], {0}};
+        struct sequential_sleeper q = {.rounds = ROUNDS, .records = records[k]};
         cr_assert_eq(RT_SPAWN(rt, sequential_sleeper_poll, sequential_sleeper_drop, &q, &tasks[k]),
                      0);
     }
@@ -310,8 +342,6 @@ enum { BATCHED_SLEEPS = 10 };
 struct batched_sleeper {
     rt_coro co;
     int i;
-    bool armed;
-    int err;
     rt_sleep s;
     int64_t (*elapsed)[BATCHED_SLEEPS]; /* the test's array */
     int64_t start;
@@ -325,21 +355,11 @@ static rt_poll batched_sleeper_poll(void *state, rt_context *cx, void **out)
         b->start = rt_now_ns();
         if (rt_sleep_init(&b->s, NULL, BATCHED_SLEEP_NS) != 0)
             RT_RETURN(&b->co, out, NULL);
-        b->armed = true;
-        RT_AWAIT(&b->co, rt_sleep_poll(&b->s, cx, &b->err));
-        (*b->elapsed)[b->i] = b->err == 0 ? rt_now_ns() - b->start : -1;
-        rt_sleep_drop(&b->s);
-        b->armed = false;
+        RT_AWAIT(&b->co, cx, &b->s);
+        (*b->elapsed)[b->i] = b->s.result == 0 ? rt_now_ns() - b->start : -1;
     }
     RT_RETURN(&b->co, out, NULL);
     RT_CORO_END(&b->co, out);
-}
-
-static void batched_sleeper_drop(void *state)
-{
-    struct batched_sleeper *b = state;
-    if (b->armed)
-        rt_sleep_drop(&b->s);
 }
 
 /* A 10 ms sleep has the slack to wait in its worker's batch of timer
@@ -364,7 +384,7 @@ Test(timer, sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls)
     struct batched_sleeper b = {.elapsed = &elapsed};
     struct chunky c = {.polls = 300};
     rt_task *sleeper, *busy;
-    cr_assert_eq(RT_SPAWN(rt, batched_sleeper_poll, batched_sleeper_drop, &b, &sleeper), 0);
+    cr_assert_eq(RT_SPAWN(rt, batched_sleeper_poll, rt_coro_drop, &b, &sleeper), 0);
     cr_assert_eq(RT_SPAWN(rt, chunky_poll, NULL, &c, &busy), 0);
     cr_assert_eq(rt_task_wait(sleeper, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
@@ -383,19 +403,19 @@ Test(timer, sleep_prepared_on_a_foreign_thread_runs_in_a_task_and_in_block_on)
     rt_runtime *rt = new_runtime(2);
     /* Initialised here with an explicit runtime, copied into the task before
      * its first poll (the timer is armed only at the first pending poll). */
-    struct plain_sleep p = {{0}, 0, false, 0, {0}};
+    struct plain_sleep p = {.duration = 0};
     int64_t start = rt_now_ns();
     cr_assert_eq(rt_sleep_init(&p.s, rt, 20 * MS), 0);
     cr_assert_null(p.s.timer, "the timer is armed before the first poll");
     cr_assert_geq(p.s.deadline_ns, start + 20 * MS);
-    p.armed = true;
     void *value = NULL;
     cr_assert_eq(rt_block_on(rt, preinit_sleep_poll, plain_sleep_drop, &p, sizeof p, &value), 0);
     cr_assert_eq((intptr_t)value, 0);
     int64_t elapsed = rt_now_ns() - start;
     cr_assert_geq(elapsed, 20 * MS, "slept only %lld ns", (long long)elapsed);
     /* Our own copy was never polled: dropping it must be harmless. */
-    rt_sleep_drop(&p.s);
+    RT_DROP(&p.s);
+    cr_assert_eq(p.s.result, -ECANCELED);
     finish_runtime(rt, 0);
 }
 
@@ -409,29 +429,31 @@ Test(timer, sleep_until_a_past_deadline_or_a_non_positive_duration_is_ready_at_o
     rt_context cx = counting_context(&w);
 
     rt_sleep s;
-    int err = 12345;
     cr_assert_eq(rt_sleep_until_init(&s, rt, rt_now_ns() - SEC), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, &err), RT_READY, "a past deadline is pending");
-    cr_assert_eq(err, 0);
-    /* And on every poll after that. */
-    err = 12345;
-    cr_assert_eq(rt_sleep_poll(&s, &cx, &err), RT_READY);
-    cr_assert_eq(err, 0);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "a past deadline is pending");
+    cr_assert_eq(s.result, 0);
+    /* And on every poll after that, with the same result; a drop after it
+     * changes nothing. */
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(s.result, 0);
+    RT_DROP(&s);
+    cr_assert_eq(s.result, 0, "a drop after RT_READY changed the result");
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
 
     cr_assert_eq(rt_sleep_until_init(&s, rt, 0), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_READY, "deadline 0 is pending");
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "deadline 0 is pending");
+    cr_assert_eq(s.result, 0);
+    RT_DROP(&s);
 
     cr_assert_eq(rt_sleep_init(&s, rt, 0), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, &err), RT_READY, "duration 0 is pending");
-    cr_assert_eq(err, 0);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "duration 0 is pending");
+    cr_assert_eq(s.result, 0);
+    RT_DROP(&s);
 
     cr_assert_eq(rt_sleep_init(&s, rt, -10 * SEC), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, &err), RT_READY, "negative duration is pending");
-    cr_assert_eq(err, 0);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "negative duration is pending");
+    cr_assert_eq(s.result, 0);
+    RT_DROP(&s);
 
     finish_runtime(rt, 0);
     cr_assert_eq(counting_wakes(&w), 0, "a sleep that was ready at once woke its waker");
@@ -441,7 +463,6 @@ Test(timer, sleep_until_a_past_deadline_or_a_non_positive_duration_is_ready_at_o
 
 struct until_in_task {
     rt_coro co;
-    int err;
     int polls;
     rt_sleep s;
 };
@@ -452,18 +473,23 @@ static rt_poll until_in_task_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&u->co);
     if (rt_sleep_until_init(&u->s, NULL, rt_now_ns() - 5 * MS) != 0)
         RT_RETURN(&u->co, out, (intptr_t)-1);
-    RT_AWAIT(&u->co, (u->polls++, rt_sleep_poll(&u->s, cx, &u->err)));
-    rt_sleep_drop(&u->s);
-    RT_RETURN(&u->co, out, (intptr_t)(u->polls * 1000 + (u->err != 0)));
+    RT_AWAIT_POLL(&u->co, (u->polls++, RT_POLL(&u->s, cx)));
+    RT_RETURN(&u->co, out, (intptr_t)(u->polls * 1000 + (u->s.result != 0)));
     RT_CORO_END(&u->co, out);
+}
+
+static void until_in_task_drop(void *state)
+{
+    struct until_in_task *u = state;
+    RT_DROP(&u->s);
 }
 
 Test(timer, sleep_until_a_past_deadline_inside_a_task_needs_one_poll)
 {
     rt_runtime *rt = new_runtime(2);
-    struct until_in_task u = {{0}, 0, 0, {0}};
+    struct until_in_task u = {.polls = 0};
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, until_in_task_poll, NULL, &u, sizeof u, &value), 0);
+    cr_assert_eq(rt_block_on(rt, until_in_task_poll, until_in_task_drop, &u, sizeof u, &value), 0);
     cr_assert_eq((intptr_t)value, 1000, "expected one poll and no error, got code %ld",
                  (long)(intptr_t)value);
     finish_runtime(rt, 0);
@@ -483,16 +509,15 @@ Test(timer, sleep_polled_from_a_foreign_thread_wakes_the_latest_waker_once)
     rt_sleep s;
     int64_t start = rt_now_ns();
     cr_assert_eq(rt_sleep_init(&s, rt, 30 * MS), 0);
-    int err = 12345;
-    cr_assert_eq(rt_sleep_poll(&s, &cxa, &err), RT_PENDING);
-    cr_assert_eq(rt_sleep_poll(&s, &cxb, &err), RT_PENDING, "second poll before the deadline");
+    cr_assert_eq(RT_POLL(&s, &cxa), RT_PENDING);
+    cr_assert_eq(RT_POLL(&s, &cxb), RT_PENDING, "second poll before the deadline");
     cr_assert(event_wait_for(&b.woken, 1), "the sleep never woke the latest waker");
     int64_t woken = rt_now_ns();
     cr_assert_geq(woken - start, 30 * MS, "woken after %lld ns of a 30 ms sleep",
                   (long long)(woken - start));
-    cr_assert_eq(rt_sleep_poll(&s, &cxb, &err), RT_READY);
-    cr_assert_eq(err, 0);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cxb), RT_READY);
+    cr_assert_eq(s.result, 0);
+    RT_DROP(&s);
     cr_assert_eq(counting_wakes(&a), 0, "the replaced waker was woken");
     cr_assert_eq(counting_wakes(&b), 1, "the latest waker was woken %ld times", counting_wakes(&b));
     finish_runtime(rt, 0);
@@ -511,12 +536,17 @@ Test(timer, dropping_a_pending_sleep_cancels_its_timer_and_releases_the_waker)
 
     rt_sleep s;
     cr_assert_eq(rt_sleep_init(&s, rt, 30 * MS), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_PENDING);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    RT_DROP(&s);
+    cr_assert_eq(s.result, -ECANCELED);
     /* The struct may be initialised again after a drop. */
     cr_assert_eq(rt_sleep_init(&s, rt, 10 * SEC), 0);
-    cr_assert_eq(rt_sleep_poll(&s, &cx, NULL), RT_PENDING);
-    rt_sleep_drop(&s);
+    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    RT_DROP(&s);
+    cr_assert_eq(s.result, -ECANCELED);
+    /* A dropped operation is finished: polling it reports its result. */
+    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(s.result, -ECANCELED);
 
     /* Well past the first deadline: a timer that was not cancelled fires. */
     runtime_sleep(rt, 100 * MS);
@@ -538,7 +568,7 @@ Test(timer, sleep_polled_after_shutdown_reports_eshutdown)
 
     rt_sleep pending, fresh;
     cr_assert_eq(rt_sleep_init(&pending, rt, 10 * SEC), 0);
-    cr_assert_eq(rt_sleep_poll(&pending, &cx, NULL), RT_PENDING);
+    cr_assert_eq(RT_POLL(&pending, &cx), RT_PENDING);
     cr_assert_eq(rt_sleep_init(&fresh, rt, 10 * SEC), 0);
 
     int64_t t0 = rt_now_ns();
@@ -550,16 +580,19 @@ Test(timer, sleep_polled_after_shutdown_reports_eshutdown)
     cr_log_info("shutdown %s the waker of a pending sleep",
                 counting_wakes(&w) > 0 ? "woke" : "did not wake");
 
-    int err = 0;
-    cr_assert_eq(rt_sleep_poll(&fresh, &cx, &err), RT_READY,
+    cr_assert_eq(RT_POLL(&fresh, &cx), RT_READY,
                  "a never-armed sleep polled after shutdown is pending");
-    cr_assert_eq(err, -ESHUTDOWN, "fresh sleep after shutdown: %s", rt_strerror(err));
-    err = 0;
-    cr_assert_eq(rt_sleep_poll(&pending, &cx, &err), RT_READY,
+    cr_assert_eq(fresh.result, -ESHUTDOWN, "fresh sleep after shutdown: %s",
+                 rt_strerror((int)fresh.result));
+    cr_assert_eq(RT_POLL(&pending, &cx), RT_READY,
                  "an armed sleep polled after shutdown is pending");
-    cr_assert_eq(err, -ESHUTDOWN, "armed sleep after shutdown: %s", rt_strerror(err));
-    rt_sleep_drop(&fresh);
-    rt_sleep_drop(&pending);
+    cr_assert_eq(pending.result, -ESHUTDOWN, "armed sleep after shutdown: %s",
+                 rt_strerror((int)pending.result));
+    /* Finished: the drops are no-ops. */
+    RT_DROP(&fresh);
+    RT_DROP(&pending);
+    cr_assert_eq(fresh.result, -ESHUTDOWN);
+    cr_assert_eq(pending.result, -ESHUTDOWN);
     cr_assert_eq(rt_runtime_free(rt), 0);
     cr_assert_eq(counting_outstanding(&w), 0, "%ld waker references never given back",
                  counting_outstanding(&w));

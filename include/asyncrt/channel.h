@@ -1,9 +1,13 @@
 /* asyncrt: channels between tasks and threads.
- *
- * Two kinds, both carrying `void *` values that the runtime never looks at,
- * frees or copies (a value's memory is the business of whoever holds it):
- * - rt_oneshot: exactly one value, sent once, from one sender to one receiver;
- * - rt_chan: a bounded multi-producer, multi-consumer queue. A send waits
+ * Two kinds:
+ * - rt_oneshot: exactly one `void *` value, sent once, from one sender to one
+ *   receiver;
+ * - rt_chan: a bounded multi-producer, multi-consumer queue of values of one
+ *   size chosen at creation: `void *` values (rt_chan_new), or structs or
+ *   other plain bytes copied in and out (rt_chan_new_sized), so a struct is
+ *   sent without a malloc.
+ * The runtime never looks at, frees or follows a value (the memory a pointer
+ * value points to is the business of whoever holds it). A send waits
  *   while the buffer is full (backpressure); waiting senders are served in
  *   FIFO order, and the values arrive in the order the sends completed.
  *   Several receivers (tasks or threads, each with a receiver reference)
@@ -12,8 +16,9 @@
  *   all of them.
  *
  * Both are heap objects shared by their two sides and freed when both sides
- * have let go. Every function may be called from any thread: the poll forms
- * from tasks (or from threads polling by hand), the try forms from anywhere,
+ * have let go. Sends and receives that wait are operations (see future.h).
+ * Every function may be called from any thread: the operations from tasks
+ * (or from threads polling by hand), the try forms from anywhere,
  * the *_blocking forms from threads that are not workers (-EDEADLK there).
  *
  * End of stream and closing (errno values):
@@ -21,15 +26,15 @@
  *   was not sent and is still the caller's.
  * - -EPIPE to a receiver: every sender is gone and nothing is left buffered.
  *
- * Abort safety: a receive takes a value only in a poll that returns RT_READY,
- * so an aborted receive loses no message; a receive woken for a value and
- * dropped before its next poll passes the wake to the next waiting
- * receiver, so the value is not left behind while others wait. A send operation dropped while it
- * waits leaves the queue and its value stays the caller's (it was not sent);
- * once its poll returned RT_READY the value belongs to the channel, and
- * rt_chan_send_drop says which of the two happened when a receive accepted
- * the value just before the drop. A
- * successful send or receive spends one unit of the cooperative budget
+ * Abort safety: a receive takes a value only in the poll that finishes it,
+ * so a dropped receive loses no message; a receive woken for a value and
+ * dropped before its next poll passes the wake to the next waiting receiver,
+ * so the value is not left behind while others wait. A send dropped while it
+ * waits leaves the queue and its value stays the caller's (it was not sent,
+ * and its result is -ECANCELED); once it finished the value belongs to the
+ * channel. A send that a receiver took just before the drop reports result 0
+ * after the drop: it was sent.
+ * A successful send or receive spends one unit of the cooperative budget
  * (rt_coop_proceed). */
 #ifndef ASYNCRT_CHANNEL_H
 #define ASYNCRT_CHANNEL_H
@@ -63,28 +68,22 @@ int rt_oneshot_send(rt_oneshot *o, void *value);
  * is a no-op. */
 void rt_oneshot_sender_drop(rt_oneshot *o);
 
-/* The receive. Fields are private. */
+/* The receive: an operation (see future.h) that finishes with result 0 and
+ * the value in `value`, or -EPIPE when the sender was dropped without
+ * sending. The value is handed out once: a receive after it was taken
+ * finishes with -EALREADY. One receive waits at a time: while one does,
+ * another finishes with -EBUSY. Dropped while waiting, it gives its waker
+ * back (the value, if one comes, stays in the oneshot). `value` is NULL
+ * unless result is 0. */
 typedef struct rt_oneshot_recv {
-    rt_oneshot *o; /* NULL: not initialised, or finished */
+    RT_FUTURE_HEADER;
+    rt_oneshot *o; /* NULL once finished or dropped */
+    void *value;   /* the value received */
 } rt_oneshot_recv;
 
 /* Prepares to receive from o (the caller holds the receiving side for as
  * long as the operation lives). Errors: -EINVAL (op or o NULL). */
 int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o);
-
-/* RT_READY with *status 0 and the value in *value, or *status -EPIPE when the
- * sender was dropped without sending; else RT_PENDING (waker stored). The
- * value is handed out once: a receive after it was taken reports -EALREADY,
- * as does a poll after the one that returned RT_READY. One receive waits at
- * a time: while one does, another one's poll reports -EBUSY. *value is NULL
- * unless *status is 0. value and status may be NULL. op or cx NULL: RT_READY
- * with *value NULL and *status -EINVAL; op is left as it was. */
-rt_poll rt_oneshot_recv_poll(rt_oneshot_recv *op, rt_context *cx, void **value, int *status);
-
-/* Abandons the receive: a waiting one gives its waker back (the value, if
- * one comes, stays in the oneshot). Nothing to do after RT_READY or a
- * second call, on a zeroed operation, and for NULL. */
-void rt_oneshot_recv_drop(rt_oneshot_recv *op);
 
 /* The non-waiting form: 0 (value taken), -EAGAIN (nothing yet), -EPIPE (the
  * sender is gone without sending), -EALREADY (already received), -EINVAL (o
@@ -108,13 +107,31 @@ int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 
 typedef struct rt_chan rt_chan;
 
-/* Creates a channel buffering up to `capacity` values (>= 1). The caller
- * holds one sender reference and one receiver reference. Both sides are
+/* Creates a channel buffering up to `capacity` `void *` values (>= 1): the
+ * channel of rt_chan_new_sized(capacity, sizeof(void *)). The plain forms
+ * below (rt_chan_send_init, rt_chan_try_send, rt_chan_send_blocking,
+ * rt_chan_recv_init and its `value`, rt_chan_try_recv,
+ * rt_chan_recv_blocking) carry `void *` values, on any channel whose values
+ * have the size of a pointer ("a channel of `void *`" below); on another
+ * they fail with -EINVAL. The caller holds one sender reference and one
+ * receiver reference. Both sides are
  * counted: rt_chan_sender_clone and rt_chan_receiver_clone add one,
  * rt_chan_sender_drop and rt_chan_receiver_drop give one back. The channel
  * is freed when all are gone. Errors: -EINVAL (out NULL, capacity 0 or
  * above 2^31), -ENOMEM. */
 int rt_chan_new(size_t capacity, rt_chan **out);
+
+/* Largest value size of a channel. */
+#define RT_CHAN_VALUE_MAX 4096
+
+/* Creates a channel buffering up to `capacity` values of `value_size` bytes
+ * each (1 <= value_size <= RT_CHAN_VALUE_MAX), copied in by the *_copy forms
+ * and out by the *_into forms. References and errors as rt_chan_new (also
+ * -EINVAL for value_size out of range). */
+int rt_chan_new_sized(size_t capacity, size_t value_size, rt_chan **out);
+
+/* The size of the channel's values (0 for NULL). */
+size_t rt_chan_value_size(const rt_chan *ch);
 
 /* One more sender reference (to hand to another task or thread). Errors:
  * -EINVAL (ch NULL). The caller must hold a sender reference already. */
@@ -139,7 +156,9 @@ void rt_chan_close(rt_chan *ch);
  * operations on ch). The last one closes the channel, then passes every
  * value still buffered to dispose(value, arg) on the calling thread, oldest
  * first (dispose NULL: they are just forgotten, which leaks them if they own
- * memory); the others ignore dispose. ch NULL is a no-op. */
+ * memory); the others ignore dispose. dispose gets the value itself from a
+ * channel of `void *`, and a pointer to the value's bytes (valid
+ * during the call) from any other. ch NULL is a no-op. */
 void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, void *arg), void *arg);
 
 /* Values buffered right now (a snapshot), and the capacity (0 for NULL). */
@@ -147,76 +166,98 @@ size_t rt_chan_len(rt_chan *ch);
 size_t rt_chan_capacity(const rt_chan *ch);
 
 /* Sends without waiting: 0 (buffered), -EAGAIN (full, or senders already
- * wait: a try never overtakes them), -EPIPE (closed), -EINVAL (ch NULL). */
+ * wait: a try never overtakes them), -EPIPE (closed), -EINVAL (ch NULL, or
+ * not a channel of `void *` values). */
 int rt_chan_try_send(rt_chan *ch, void *value);
+
+/* rt_chan_try_send of the value_size bytes at src, copied in (any channel).
+ * Errors as rt_chan_try_send; -EINVAL also for src NULL. */
+int rt_chan_try_send_copy(rt_chan *ch, const void *src);
 
 /* Receives without waiting: 0 (*value written), -EAGAIN (empty, or every
  * buffered value is promised to a waiting receive that was woken for it: a
  * try never overtakes them), -EPIPE (empty and every sender is gone, or
  * closed and drained), -EINVAL (ch NULL). value may be NULL (a value taken
- * is then not handed back). */
+ * is then not handed back). -EINVAL also for a channel whose values are
+ * not `void *`. */
 int rt_chan_try_recv(rt_chan *ch, void **value);
 
-/* One receive. Fields are private. */
+/* rt_chan_try_recv that copies the value's value_size bytes to dst (any
+ * channel; dst NULL: the value is not handed back). Errors as
+ * rt_chan_try_recv. */
+int rt_chan_try_recv_into(rt_chan *ch, void *dst);
+
+/* One receive: an operation (see future.h) that finishes with result 0 and
+ * the oldest value free for this receiver in `value`, or with -EPIPE (end
+ * of stream: `value` NULL). While it waits it is queued behind the
+ * receivers already waiting. Dropped while waiting, it leaves the queue;
+ * one that had been woken for a value passes the wake to the next waiting
+ * receiver (the value stays in the channel). */
 typedef struct rt_chan_recv {
-    rt_chan *ch;      /* NULL: not initialised, or finished */
+    RT_FUTURE_HEADER;
+    rt_chan *ch;      /* NULL once finished or dropped */
+    void *value;      /* the value received (a channel of `void *`) */
+    void *dst;        /* where the value's bytes go; NULL: `value` */
     rt_waitnode node; /* place among the waiting receivers, and the state */
 } rt_chan_recv;
 
-/* Prepares to receive from ch (the caller holds a receiver reference for
- * as long as the operation lives). Errors: -EINVAL (op or ch NULL). */
+/* Prepares to receive a `void *` value from ch into `value` (the caller
+ * holds a receiver reference for as long as the operation lives). Errors:
+ * -EINVAL (op or ch NULL, or a channel whose values are not
+ * of pointer size). */
 int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch);
 
-/* RT_READY with *status 0 and the oldest value free for this receiver in
- * *value, or *status -EPIPE (end of stream: *value NULL); else RT_PENDING,
- * queued behind the receivers already waiting (waker stored). A poll after
- * the one that returned RT_READY returns RT_READY with -EALREADY. value and
- * status may be NULL. op or cx NULL: RT_READY with *value NULL and *status
- * -EINVAL; op is left as it was (rt_chan_recv_drop settles it). */
-rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **value, int *status);
-
-/* Abandons the receive: a waiting one leaves the queue; one that had been
- * woken for a value passes the wake to the next waiting receiver (the value
- * stays in the channel). Nothing to do after RT_READY or a second call, on
- * a zeroed operation, and for NULL. */
-void rt_chan_recv_drop(rt_chan_recv *op);
+/* Prepares to receive a value of any channel, its value_size bytes copied to
+ * dst when the receive finishes (dst stays the caller's and must stay valid
+ * until then; nothing is written to it otherwise). Errors: -EINVAL (op, ch
+ * or dst NULL). */
+int rt_chan_recv_into_init(rt_chan_recv *op, rt_chan *ch, void *dst);
 
 /* Blocks the calling thread to receive (it holds a receiver reference).
  * Errors: -EPIPE, -ETIMEDOUT (timeout_ns passed; < 0: no limit), -EDEADLK (a
- * worker thread), -ENOMEM, -EINVAL (ch NULL). value may be NULL, as for
- * rt_chan_try_recv. */
+ * worker thread), -ENOMEM, -EINVAL (ch NULL, or not a channel of `void *`).
+ * value may be NULL, as for rt_chan_try_recv. */
 int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value);
 
-/* One send that may wait for room. Fields are private. */
+/* rt_chan_recv_blocking that copies the value's bytes to dst (any channel;
+ * dst NULL: not handed back). Errors as rt_chan_recv_blocking. */
+int rt_chan_recv_into_blocking(rt_chan *ch, int64_t timeout_ns, void *dst);
+
+/* One send that may wait for room: an operation (see future.h) that
+ * finishes with result 0 once the value is in the channel (it then belongs
+ * to the receiver side), or with -EPIPE when the channel is closed (the
+ * value is still the caller's). Dropped while waiting, it leaves the queue
+ * and its result is -ECANCELED (the value is still the caller's), or 0 when
+ * a receive had already moved the value into the channel before the drop
+ * (it was sent, as if it had finished). */
 typedef struct rt_chan_send {
-    rt_chan *ch;      /* NULL: not initialised, or finished */
-    void *value;      /* what is sent */
+    RT_FUTURE_HEADER;
+    rt_chan *ch;      /* NULL once finished or dropped */
+    void *value;      /* what is sent (a channel of `void *`) */
+    const void *src;  /* the bytes sent; NULL: `value` */
     rt_waitnode node; /* place among the waiting senders, and the state */
 } rt_chan_send;
 
-/* Prepares to send `value` on ch (the caller holds a sender reference for
- * as long as the operation lives). Errors: -EINVAL (op or ch NULL). */
+/* Prepares to send the `void *` value on ch (the caller holds a sender
+ * reference for as long as the operation lives). Errors: -EINVAL (op or ch
+ * NULL, or a channel whose values are not
+ * of pointer size). */
 int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
 
-/* RT_READY with *status 0 once the value is in the channel (it then belongs
- * to the receiver side), or with *status -EPIPE when the channel is closed
- * (the value is still the caller's); else RT_PENDING (waker stored). A poll
- * after the one that returned RT_READY returns RT_READY with -EALREADY.
- * status may be NULL. op or cx NULL: RT_READY with *status -EINVAL; op is
- * left as it was (rt_chan_send_drop settles it). */
-rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status);
-
-/* Abandons the send. Returns 0 when the value was not sent (a waiting send
- * leaves the queue; the value is still the caller's), or 1 when a receive
- * had already moved it into the channel before the drop (it then belongs to
- * the receiver side, as after RT_READY). Nothing to do, and 0, after
- * RT_READY or a second call, and for NULL. */
-int rt_chan_send_drop(rt_chan_send *op);
+/* Prepares to send the value_size bytes at src on any channel, copied in
+ * when the send finishes (src stays the caller's and must stay valid and
+ * unchanged until the operation finishes or is dropped). Errors: -EINVAL
+ * (op, ch or src NULL). */
+int rt_chan_send_copy_init(rt_chan_send *op, rt_chan *ch, const void *src);
 
 /* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
  * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM,
- * -EINVAL (ch NULL). */
+ * -EINVAL (ch NULL, or not a channel of `void *`). */
 int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns);
+
+/* rt_chan_send_blocking of the value_size bytes at src (any channel).
+ * Errors as rt_chan_send_blocking; -EINVAL also for src NULL. */
+int rt_chan_send_copy_blocking(rt_chan *ch, const void *src, int64_t timeout_ns);
 
 #ifdef __cplusplus
 }

@@ -17,14 +17,12 @@
  * - A function that releases, drops, closes, cancels, detaches, wakes or
  *   notifies the object it is given does nothing with NULL (and returns 0
  *   when it returns a value, as rt_io_close and rt_runtime_free do).
- * - Any other function that reports errors returns -EINVAL. A poll function
- *   returns RT_READY with -EINVAL written to its error output (*err, *status
- *   or *result) when that output is not NULL, and does nothing else: an
- *   operation passed to it is left as it was (drop it as usual), a join
- *   handle is not released. When that output is itself required (the
- *   *result of a transfer, the *err of an accept or a connect) and NULL, it
- *   returns RT_READY having done nothing. A NULL poll context counts as a
- *   missing argument.
+ * - Any other function that reports errors returns -EINVAL. An operation's
+ *   init function that refuses an argument also leaves the operation (when
+ *   it is not NULL) finished with -EINVAL as its result, so awaiting it
+ *   reports the error. rt_future_poll of a NULL operation returns RT_READY;
+ *   of a zeroed one, or with a NULL context, RT_READY with result -EINVAL
+ *   and nothing else done (see future.h).
  * - Any other function gives a fixed, documented answer for NULL (0, false,
  *   NULL, -EBADF, the no-op waker, RT_READY...), or its comment says that
  *   the argument must not be NULL. */

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +72,96 @@ typedef rt_poll (*rt_poll_fn)(void *state, rt_context *cx, void **out);
  * when the task is aborted or the runtime shuts down. Never called while a
  * poll of the same future runs. May be NULL when there is nothing to release. */
 typedef void (*rt_drop_fn)(void *state);
+
+/* ---- Operations: the one shape of everything a task can await -------------
+ *
+ * Every operation a task can wait on (a sleep, a join, a read, an accept, a
+ * lock, a channel receive, a select...) is a struct that begins with
+ * RT_FUTURE_HEADER, so it can be handled as an rt_future through its
+ * `future` member and reports its outcome in its `result` member:
+ *
+ *     rt_io_read rd;                        // in the task's state
+ *     rt_io_read_init(&rd, io, buf, sizeof buf);
+ *     ... RT_POLL(&rd, cx) until RT_READY ...
+ *     if (rd.result < 0) error; else rd.result bytes arrived
+ *
+ * The life of an operation:
+ * - Its own init function prepares it (nothing is waited for yet). An init
+ *   that fails returns the negative errno and, when the operation pointer is
+ *   not NULL, leaves it finished with that errno as its result, so code that
+ *   awaits it without checking sees the error there.
+ * - rt_future_poll (RT_POLL) polls it: RT_PENDING with the context's waker
+ *   stored, or RT_READY with `result` set (a negative errno, or 0 or a count
+ *   on success) and the operation's value, if it has one, in its own named
+ *   fields. A finished operation has released everything it held, needs no
+ *   drop, and reports RT_READY with the same result on every later poll.
+ * - rt_future_drop (RT_DROP) abandons it: whatever it holds is released and
+ *   whatever it had not yet done is undone (each header's "Abort safety"
+ *   says what that means), and `result` becomes -ECANCELED (a channel send
+ *   that a receiver had already taken sets 0: it was sent). Dropping is
+ *   idempotent, a no-op on a finished operation and safe on a zeroed one, so
+ *   a drop function can drop every operation its task might be waiting in.
+ * - An operation that returned RT_PENDING may be linked into a wait queue by
+ *   address: it must not move until it finishes or is dropped (a task's
+ *   state never moves). It may be initialised again once finished or
+ *   dropped.
+ * One task (or thread polling by hand) polls a given operation at a time. */
+
+typedef struct rt_future rt_future;
+
+/* How a kind of operation is polled and dropped. Library operations bring
+ * their own; a user may define one for an operation of their own. */
+typedef struct rt_future_vtable {
+    /* Makes progress. On RT_READY it has set f->result, released what it
+     * held, and called rt_future_finish (unless it may be polled again after
+     * finishing, as an interval tick). */
+    rt_poll (*poll)(rt_future *f, rt_context *cx);
+    /* Releases an unfinished operation; called at most once, by
+     * rt_future_drop, which has already set f->result to -ECANCELED. NULL:
+     * nothing to release. */
+    void (*drop)(rt_future *f);
+} rt_future_vtable;
+
+/* The common header. NULL vtable: a zeroed operation, never initialised. */
+struct rt_future {
+    const rt_future_vtable *vtable; /* the kind; rt_future_finish swaps it */
+    int64_t result;                 /* the outcome: a negative errno, or >= 0 */
+};
+
+/* The first member of every operation struct: the header as `future` (for
+ * generic code: &op->future) with its result also reachable as `result`. */
+#define RT_FUTURE_HEADER                                                                           \
+    union {                                                                                        \
+        rt_future future;                                                                          \
+        struct {                                                                                   \
+            const rt_future_vtable *future_vtable_;                                                \
+            int64_t result;                                                                        \
+        };                                                                                         \
+    }
+
+/* Polls an operation. f NULL: RT_READY. A zeroed operation: RT_READY with
+ * result -EINVAL. cx NULL: RT_READY with result -EINVAL and nothing else
+ * done: the operation is not finished (poll it again with a context, or
+ * drop it as usual). Otherwise as described above. */
+rt_poll rt_future_poll(rt_future *f, rt_context *cx);
+
+/* Drops an operation: see above. NULL is a no-op. */
+void rt_future_drop(rt_future *f);
+
+/* True once the operation has finished or been dropped (false for a zeroed
+ * one, which never started, and for NULL). */
+bool rt_future_is_done(const rt_future *f);
+
+/* Marks f finished with `result` (later polls report RT_READY with it, drops
+ * do nothing) and returns RT_READY: for a vtable's poll function when it
+ * finishes, and for an init function that refuses its arguments. f must
+ * not be NULL. */
+rt_poll rt_future_finish(rt_future *f, int64_t result);
+
+/* Polls or drops any operation struct (anything that begins with
+ * RT_FUTURE_HEADER): RT_POLL(&s->read, cx), RT_DROP(&s->read). */
+#define RT_POLL(op, cx) rt_future_poll(&(op)->future, (cx))
+#define RT_DROP(op) rt_future_drop(&(op)->future)
 
 /* Builds a context around a borrowed waker (for polling futures by hand, for
  * example in a test or a combinator that polls a child future). Takes no

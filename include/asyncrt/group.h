@@ -32,7 +32,6 @@
 #include "future.h"
 #include "runtime.h"
 #include "task.h"
-#include "timer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,70 +94,48 @@ typedef struct rt_group_result {
     int status;  /* 0, or -ECANCELED (aborted, or cancelled by shutdown) */
 } rt_group_result;
 
-/* One wait for the next finished child, with an optional timeout. Fields are
- * private. */
+/* One wait for the next finished child: an operation (see future.h) that
+ * finishes with result 0 and the child in `child` (which is then no longer
+ * counted), or with -ECHILD when the group has no child left and is closing
+ * (rt_group_close began, so none can be added), or -EINVAL for a discarding
+ * group. An open group with no child is not an error: the wait goes on
+ * until a child is spawned into it and finishes, so a task may reap
+ * children from the first spawn on without spinning. For a time limit, wrap
+ * it in an rt_timeout (combine.h).
+ * Abort safety: a finished child is collected only by a poll that finishes
+ * the operation, so a dropped wait loses nothing. */
 typedef struct rt_group_next {
-    rt_group *group; /* NULL: not initialised, or finished */
-    rt_sleep sleep;  /* the timeout */
-    int timed;       /* a timeout is set */
+    RT_FUTURE_HEADER;
+    rt_group *group;       /* NULL once finished or dropped */
+    rt_group_result child; /* the child collected */
 } rt_group_next;
 
-/* Prepares the wait; timeout_ns < 0: none. Errors: -EINVAL (op or g NULL). */
-int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns);
+/* Prepares the wait. Errors: -EINVAL (op or g NULL). */
+int rt_group_next_init(rt_group_next *op, rt_group *g);
 
-/* RT_READY with 0 and *res filled with a finished child (which is then no
- * longer counted), or with -ECHILD when the group has no child left and is
- * closing (rt_group_close began, so none can be added), or -ETIMEDOUT when
- * the timeout passed first (nothing collected), or a timer error (-ENOMEM,
- * -ESHUTDOWN), or -EINVAL for a discarding group; else RT_PENDING. An open
- * group with no child is not an error: the wait goes on until a child is
- * spawned into it and finishes (or the timeout passes), so a task may reap
- * children from the first spawn on without spinning.
- * *err receives that status (err may be NULL; res may be NULL too, and the
- * child collected is then not described). op or cx NULL, or op not
- * initialised or already dropped: RT_READY with -EINVAL (op is left as it
- * was).
- * Abort safety: a finished child is collected only by a poll that returns
- * RT_READY, so an aborted wait loses nothing. */
-rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res, int *err);
-
-/* Releases the wait (its timer). Idempotent; NULL is a no-op. */
-void rt_group_next_drop(rt_group_next *op);
-
-/* Waiting for every child: rt_group_join_all waits for them to finish by
- * themselves, rt_group_close first cancels them (and refuses new spawns).
- * Either way the results are not returned: they go to the group's dispose
- * function. Fields are private. */
+/* Waiting for every child: an operation (see future.h) made by
+ * rt_group_join_all_init, which waits for them to finish by themselves, or
+ * rt_group_close_init, which first cancels them (and refuses new spawns).
+ * It finishes with result 0 when no child is left, and `failed` says how
+ * many finished with a non-zero status (cancelled ones included). The
+ * results are not returned: they go to the group's dispose function.
+ * Abort safety: results the wait already collected went to dispose;
+ * children not yet finished stay in the group, and for rt_group_close they
+ * stay cancelled (the group keeps refusing spawns). */
 typedef struct rt_group_wait {
-    rt_group *group; /* NULL: not initialised, or finished */
-    rt_sleep sleep;  /* the timeout */
-    int timed;       /* a timeout is set */
+    RT_FUTURE_HEADER;
+    rt_group *group; /* NULL once finished or dropped */
     int closing;     /* rt_group_close: cancel first, then wait */
     size_t failed;   /* children collected with a non-zero status so far */
 } rt_group_wait;
 
-/* Prepares to wait for all children (timeout_ns < 0: none). Errors: -EINVAL
- * (op or g NULL). */
-int rt_group_join_all_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
+/* Prepares to wait for all children. Errors: -EINVAL (op or g NULL). */
+int rt_group_join_all_init(rt_group_wait *op, rt_group *g);
 
 /* Prepares to close the group: cancel every child, refuse new spawns
  * (-EPIPE), and wait until all have finished. Errors: -EINVAL (op or g
  * NULL). */
-int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns);
-
-/* RT_READY with 0 when no child is left (*failed, may be NULL, receives how
- * many finished with a non-zero status, cancelled ones included), or
- * -ETIMEDOUT (children remain; waiting again is allowed), or a timer error;
- * else RT_PENDING. *err receives that status (may be NULL). op or cx NULL:
- * RT_READY with *err -EINVAL (*failed is not written; op is left as it
- * was). */
-rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err);
-
-/* Releases the wait (its timer). Idempotent; NULL is a no-op. Abort safety:
- * results the wait already collected went to dispose; children not yet
- * finished stay in the group, and for rt_group_close they stay cancelled
- * (the group keeps refusing spawns). */
-void rt_group_wait_drop(rt_group_wait *op);
+int rt_group_close_init(rt_group_wait *op, rt_group *g);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
  * releases the owner's reference without waiting. Results not collected go

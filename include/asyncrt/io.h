@@ -2,9 +2,10 @@
  *
  * An rt_io wraps one non-blocking descriptor (a pipe, an eventfd, a socket, a
  * tty...) registered once with the runtime's reactor thread (edge-triggered
- * epoll). Its operations are poll functions: they try the system call and,
- * when it would block, store the context's waker and return RT_PENDING; the
- * reactor wakes the task when the descriptor becomes ready. Reading and
+ * epoll). Reads, writes and readiness waits are operations (see future.h):
+ * their polls try the system call and, when it would block, store the
+ * context's waker and return RT_PENDING; the reactor wakes the task when the
+ * descriptor becomes ready. Reading and
  * writing are tracked separately: one task may wait to read while another
  * waits to write. Each direction keeps one waker: two tasks reading the same
  * rt_io at once replace each other's waker (one of them may then wait until
@@ -14,10 +15,10 @@
  * would only say EAGAIN; anything that arrives (or frees space) meanwhile is
  * such an event. After a hang-up, an error or urgent data every call tries
  * its system call again. A socket used with kernel TLS (TCP_ULP) is better
- * read with rt_io_readable and recvmsg(2), whose control messages these
+ * read after a readiness wait (rt_io_readable_init) with recvmsg(2), whose control messages these
  * calls do not read.
  *
- * Results: operations that transfer bytes write a ssize_t result: the byte
+ * Results: operations that transfer bytes finish with the byte
  * count (0 from a read means end of stream) or a negative errno (-EBADF, a
  * peer's -ECONNRESET, -EPIPE on a closed peer: no SIGPIPE is ever raised by a
  * socket write, and the runtime's threads block SIGPIPE for pipes).
@@ -30,9 +31,9 @@
  * invalid afterwards. Operations on a closed rt_io are not allowed (its memory
  * is freed by the reactor soon after rt_io_close).
  *
- * Abort safety: a task aborted while waiting in any of these polls loses
- * nothing but its stored waker, which the next poller replaces; bytes are only
- * consumed by a poll that returns RT_READY. */
+ * Abort safety: an operation dropped while it waits loses nothing but its
+ * stored waker, which the next poller replaces; bytes are only consumed by a
+ * poll that finishes the operation. */
 #ifndef ASYNCRT_IO_H
 #define ASYNCRT_IO_H
 
@@ -61,40 +62,65 @@ int rt_io_open(rt_runtime *rt, int fd, rt_io **out);
 /* The descriptor (still owned by the rt_io); -EBADF for NULL. */
 int rt_io_fd(const rt_io *io);
 
-/* RT_READY once the descriptor is readable (or hung up / in error: a read
- * will then report it), else RT_PENDING with the waker stored. Exact: a
- * readiness reported earlier is checked with poll(2) before it is trusted,
- * since the caller may have drained the descriptor with calls of its own. On
- * a descriptor just opened, the first poll may return RT_PENDING and wake one
- * reactor turn later (the kernel reports the initial state then). io or cx
- * NULL: RT_READY (the read that follows reports -EINVAL). */
-rt_poll rt_io_readable(rt_io *io, rt_context *cx);
+/* Waiting until the descriptor is readable or writable: an operation (see
+ * future.h) that finishes with result 0 once it is (or hung up / in error:
+ * the read or write that follows reports it). Exact: a readiness reported
+ * earlier is checked with poll(2) before it is trusted, since the caller may
+ * have drained the descriptor with calls of its own. On a descriptor just
+ * opened, the first poll may wait one reactor turn (the kernel reports the
+ * initial state then). */
+typedef struct rt_io_ready {
+    RT_FUTURE_HEADER;
+    rt_io *io;    /* the descriptor */
+    int writable; /* 0: readable, 1: writable */
+} rt_io_ready;
 
-/* RT_READY once the descriptor is writable (or in error), else RT_PENDING.
- * Exact in the same way as rt_io_readable. io or cx NULL: RT_READY (the
- * write that follows reports -EINVAL). */
-rt_poll rt_io_writable(rt_io *io, rt_context *cx);
+/* Prepare a wait for readability or writability. Errors: -EINVAL (op or io
+ * NULL). */
+int rt_io_readable_init(rt_io_ready *op, rt_io *io);
+int rt_io_writable_init(rt_io_ready *op, rt_io *io);
 
-/* Reads up to `len` bytes into buf: RT_READY with *result set (bytes, 0 at
- * end of stream, or -errno), or RT_PENDING until data arrives. io or cx NULL,
- * or buf NULL with len > 0: RT_READY with *result -EINVAL. result NULL:
- * RT_READY at once, nothing read. */
-rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result);
+/* A read of up to `len` bytes into buf: an operation (see future.h) that
+ * finishes with result the byte count (0: end of stream) or a negative
+ * errno. */
+typedef struct rt_io_read {
+    RT_FUTURE_HEADER;
+    rt_io *io;  /* the descriptor */
+    void *buf;  /* where the bytes go, owned by the caller */
+    size_t len; /* room in buf */
+} rt_io_read;
 
-/* Writes up to `len` bytes from buf: RT_READY with *result set (bytes written,
- * possibly fewer than len, or -errno), or RT_PENDING while the descriptor
- * cannot take any. NULL arguments as rt_io_read (result NULL: nothing
- * written). */
-rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t len, ssize_t *result);
+/* Prepares a read. Errors: -EINVAL (op or io NULL, buf NULL with len > 0). */
+int rt_io_read_init(rt_io_read *op, rt_io *io, void *buf, size_t len);
 
-/* Writes all `len` bytes from buf, across as many polls as needed. *progress
- * counts the bytes written so far: set it to 0 before the first poll and keep
- * it in the caller's state between polls. RT_READY with *result = len, or
- * with a negative errno (then *progress bytes were written), or RT_PENDING.
- * Abort safety: an aborted write_all has written *progress bytes. NULL
- * arguments as rt_io_read, progress NULL included (-EINVAL). */
-rt_poll rt_io_write_all(rt_io *io, rt_context *cx, const void *buf, size_t len, size_t *progress,
-                        ssize_t *result);
+/* A write of up to `len` bytes from buf: an operation that finishes with
+ * result the byte count written (possibly fewer than len) or a negative
+ * errno. It waits only while the descriptor cannot take any byte. */
+typedef struct rt_io_write {
+    RT_FUTURE_HEADER;
+    rt_io *io;       /* the descriptor */
+    const void *buf; /* the bytes, owned by the caller */
+    size_t len;      /* how many */
+} rt_io_write;
+
+/* Prepares a write. Errors: -EINVAL (op or io NULL, buf NULL with len > 0). */
+int rt_io_write_init(rt_io_write *op, rt_io *io, const void *buf, size_t len);
+
+/* A write of all `len` bytes from buf, across as many polls as needed: an
+ * operation that finishes with result len, or a negative errno (`progress`
+ * bytes were written by then). Abort safety: a dropped write_all has
+ * written `progress` bytes. */
+typedef struct rt_io_write_all {
+    RT_FUTURE_HEADER;
+    rt_io *io;       /* the descriptor */
+    const void *buf; /* the bytes, owned by the caller */
+    size_t len;      /* how many */
+    size_t progress; /* written so far */
+} rt_io_write_all;
+
+/* Prepares a write of all len bytes. Errors: -EINVAL (op or io NULL, buf
+ * NULL with len > 0). */
+int rt_io_write_all_init(rt_io_write_all *op, rt_io *io, const void *buf, size_t len);
 
 /* Removes the descriptor from the reactor, closes it and frees the rt_io.
  * Tasks waiting on it are woken (their next poll must not use it: the caller

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 
 #include "io.h"
-#include "timer.h"
+#include "runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,10 +37,10 @@ int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, so
 int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
                   unsigned flags, rt_io **out);
 
-/* Accepts one connection: RT_READY with *err 0 and *conn a new rt_io (owned
- * by the caller; peer address in *peer / *peer_len when not NULL), or RT_READY
- * with *err < 0, or RT_PENDING. The errors, and what becomes of the
- * connection:
+/* Accepting one connection: an operation (see future.h) that finishes with
+ * result 0 and `conn` a new rt_io (owned by the caller from then on; the
+ * peer's address in `peer` / `peer_len`), or a negative errno. The errors,
+ * and what becomes of the connection:
  *   -EMFILE / -ENFILE (out of descriptors) and -ENOMEM (no memory for the
  *   rt_io, which is allocated before the connection is taken): the pending
  *   connection stays queued, and the next accept, once resources are free,
@@ -50,38 +50,38 @@ int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, in
  *   watches): the kernel had already accepted the connection, which is
  *   closed again (its peer sees an orderly close or a reset);
  *   -ECONNABORTED and other errors of accept4(2): that connection is gone.
- * Abort safety: nothing is lost.
- * listener, cx or conn NULL: RT_READY with *err -EINVAL (and *conn NULL when
- * conn is not). err NULL: RT_READY at once, nothing accepted. */
-rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sockaddr_storage *peer,
-                      socklen_t *peer_len, int *err);
+ * Abort safety: nothing is lost (a connection is only taken by the poll
+ * that finishes the operation). */
+typedef struct rt_tcp_accept {
+    RT_FUTURE_HEADER;
+    rt_io *listener;              /* the listening socket */
+    rt_io *conn;                  /* the connection accepted */
+    struct sockaddr_storage peer; /* its peer's address */
+    socklen_t peer_len;           /* that address's length */
+} rt_tcp_accept;
 
-/* A connection attempt, as an operation struct kept in the caller's state. */
+/* Prepares an accept on `listener`. Errors: -EINVAL (op or listener NULL). */
+int rt_tcp_accept_init(rt_tcp_accept *op, rt_io *listener);
+
+/* A connection attempt: an operation (see future.h) that finishes with
+ * result 0 and `conn` the connected socket (owned by the caller from then
+ * on), or a negative errno (-ECONNREFUSED, -ENETUNREACH, -EMFILE...). For a
+ * time limit, wrap it in an rt_timeout (combine.h). Abort safety: a dropped
+ * attempt closes its half-open socket. */
 typedef struct rt_tcp_connect {
-    rt_io *io;        /* the socket while connecting; NULL before and after */
-    rt_timeout limit; /* the connect timeout */
-    bool has_limit;   /* timeout_ns was > 0 */
-    int started;      /* connect(2) issued */
+    RT_FUTURE_HEADER;
+    rt_runtime *rt;               /* whose reactor registers the socket */
+    rt_io *io;                    /* the socket while connecting, else NULL */
+    rt_io *conn;                  /* the connected socket */
+    struct sockaddr_storage addr; /* where to, copied at init */
+    socklen_t addr_len;           /* its length */
 } rt_tcp_connect;
 
-/* Prepares a connection to addr that gives up timeout_ns after this call
- * (<= 0: no limit beyond the kernel's). rt NULL means rt_current(). Returns 0
- * or -EINVAL (op NULL, no runtime). */
-int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, int64_t timeout_ns);
-
-/* Connects: RT_READY with *err 0 and *conn the connected socket (owned by the
- * caller), or RT_READY with *err < 0 (-ECONNREFUSED, -ETIMEDOUT when the
- * timeout passed, -ENETUNREACH, -EMFILE...), or RT_PENDING. Pass the same
- * addr on every poll. op, cx, addr or conn NULL: RT_READY with *err -EINVAL
- * (and *conn NULL when conn is not); op is left as it was. err NULL: RT_READY
- * at once, nothing done. */
-rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx, const struct sockaddr *addr,
-                            socklen_t len, rt_io **conn, int *err);
-
-/* Abandons a connection attempt (closing its socket and timer). Safe after
- * completion too, on a zero-initialised struct, and on NULL (a no-op). Abort
- * safety: the half-open socket is closed. */
-void rt_tcp_connect_drop(rt_tcp_connect *op);
+/* Prepares a connection to addr (copied). rt NULL means rt_current().
+ * Errors: -EINVAL (op or addr NULL, addr_len 0 or larger than a
+ * sockaddr_storage, no runtime). */
+int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const struct sockaddr *addr,
+                        socklen_t addr_len);
 
 /* shutdown(2): how is SHUT_RD, SHUT_WR or SHUT_RDWR. Returns 0 or -errno
  * (-EINVAL for io NULL). */
@@ -107,20 +107,38 @@ int rt_udp_bind(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, unsi
  * NULL). */
 int rt_udp_connect(rt_io *io, const struct sockaddr *addr, socklen_t len);
 
-/* Sends one datagram: RT_READY with *result (bytes or -errno), or RT_PENDING.
- * addr NULL: to the peer set by rt_udp_connect (addr_len is then ignored).
- * io or cx NULL, or buf NULL with len > 0: RT_READY with *result -EINVAL.
- * result NULL: RT_READY at once, nothing sent. */
-rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, size_t len,
-                       const struct sockaddr *addr, socklen_t addr_len, ssize_t *result);
+/* Sending one datagram: an operation (see future.h) that finishes with
+ * result the byte count sent or a negative errno. */
+typedef struct rt_udp_send_to {
+    RT_FUTURE_HEADER;
+    rt_io *io;                    /* the socket */
+    const void *buf;              /* the datagram, owned by the caller */
+    size_t len;                   /* its length */
+    struct sockaddr_storage addr; /* where to, copied at init */
+    socklen_t addr_len;           /* its length; 0: the connected peer */
+} rt_udp_send_to;
 
-/* Receives one datagram (truncated to len): RT_READY with *result (bytes or
- * -errno) and the sender in *from / *from_len when not NULL (*from_len is an
- * output only), or RT_PENDING.
- * io or cx NULL, or buf NULL with len > 0: RT_READY with *result -EINVAL.
- * result NULL: RT_READY at once, nothing received. */
-rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t len,
-                         struct sockaddr_storage *from, socklen_t *from_len, ssize_t *result);
+/* Prepares a send of buf[0..len) to addr (copied; NULL: to the peer set by
+ * rt_udp_connect, addr_len then ignored). Errors: -EINVAL (op or io NULL,
+ * buf NULL with len > 0, addr_len larger than a sockaddr_storage). */
+int rt_udp_send_to_init(rt_udp_send_to *op, rt_io *io, const void *buf, size_t len,
+                        const struct sockaddr *addr, socklen_t addr_len);
+
+/* Receiving one datagram (truncated to len): an operation that finishes with
+ * result the byte count or a negative errno, and the sender in `from` /
+ * `from_len`. */
+typedef struct rt_udp_recv_from {
+    RT_FUTURE_HEADER;
+    rt_io *io;                    /* the socket */
+    void *buf;                    /* where the datagram goes, the caller's */
+    size_t len;                   /* room in buf */
+    struct sockaddr_storage from; /* the sender */
+    socklen_t from_len;           /* its address's length */
+} rt_udp_recv_from;
+
+/* Prepares a receive into buf[0..len). Errors: -EINVAL (op or io NULL, buf
+ * NULL with len > 0). */
+int rt_udp_recv_from_init(rt_udp_recv_from *op, rt_io *io, void *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,11 @@
  * (*_ref) and gives it back (*_unref) after dropping its own operations on
  * it, from its drop function too, and the last one frees it. The reference
  * count is atomic; the decrement is a full barrier, so every use by one
- * holder happens before the free by another. Waiting is done with operation structs, as for
- * timers: init, then poll until RT_READY, and drop if abandoned before then
- * (a task's drop function drops the operations its poll left pending). A
- * zero-initialised operation may be dropped (it then does nothing).
- *
- * An operation that has been polled and returned RT_PENDING is linked into
- * its primitive's wait queue by address: it must stay where it is (in the
- * task's state, which never moves) until it completes or is dropped.
+ * holder happens before the free by another. Waiting is done with
+ * operations (see future.h): init, RT_POLL until RT_READY, RT_DROP if
+ * abandoned. A lock or an acquisition awaited with RT_AWAIT_HOLD in a
+ * coroutine is given back by itself when the task ends or is dropped, by
+ * the rt_coro_cleanup its drop function runs (see coro.h).
  *
  * All queues are FIFO: whoever started waiting first is served first, and a
  * newcomer never overtakes a queued waiter (no barging), so nobody starves.
@@ -38,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coro.h"
 #include "future.h"
 
 #ifdef __cplusplus
@@ -104,28 +102,24 @@ int rt_semaphore_try_acquire(rt_semaphore *sem, size_t n);
 /* Permits available right now (a snapshot; 0 for NULL). */
 size_t rt_semaphore_available(rt_semaphore *sem);
 
-/* One acquisition of permits. Fields are private. */
+/* One acquisition of permits: an operation (see future.h) that finishes
+ * with result 0 once the n permits are the caller's (release them with
+ * rt_semaphore_release, or with RT_RELEASE when awaited with RT_AWAIT_HOLD).
+ * Waits in FIFO order: n permits are granted to the oldest waiter before
+ * anyone behind it gets any. Dropped while waiting, it leaves the queue, or
+ * passes on permits granted but not collected by a poll. Fields are private
+ * but for the header's result and the guard. */
 typedef struct rt_semaphore_acquire {
-    rt_semaphore *sem; /* NULL: not initialised, or finished */
-    rt_waitnode node;  /* place in the queue, and the grant state */
+    RT_FUTURE_HEADER;
+    rt_semaphore *sem;  /* NULL once finished or dropped */
+    rt_waitnode node;   /* place in the queue, and the grant state */
+    rt_guard guard;     /* gives the permits back (RT_AWAIT_HOLD) */
+    rt_semaphore *held; /* the semaphore the guard gives back to */
 } rt_semaphore_acquire;
 
 /* Prepares to acquire n permits (1 <= n <= RT_SEMAPHORE_MAX). Errors:
  * -EINVAL (op or sem NULL, n out of range). */
 int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_t n);
-
-/* RT_READY once the n permits are the caller's (release them with
- * rt_semaphore_release), else RT_PENDING with the context's waker stored.
- * Waits in FIFO order: n permits are granted to the oldest waiter before
- * anyone behind it gets any. op NULL: RT_READY, as for a finished operation
- * (nothing is acquired). cx NULL: RT_PENDING with nothing done (there is no
- * waker to store; op is left as it was). */
-rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx);
-
-/* Abandons the acquisition: leaves the queue, or returns permits granted but
- * not collected by a poll. Nothing to do after RT_READY (the permits then
- * belong to the caller, not to the operation). Idempotent; NULL is a no-op. */
-void rt_semaphore_acquire_drop(rt_semaphore_acquire *op);
 
 /* Blocks the calling (foreign) thread until n permits are its own or
  * timeout_ns passes (< 0: no limit). Errors: -ETIMEDOUT (no permit taken),
@@ -170,23 +164,21 @@ int rt_mutex_try_lock(rt_mutex *m);
  * the oldest waiter if there is one. NULL is a no-op. */
 void rt_mutex_unlock(rt_mutex *m);
 
-/* One wait for the lock. Fields are private. */
+/* One wait for the lock: an operation (see future.h) that finishes with
+ * result 0 once the caller holds the lock, held until rt_mutex_unlock (or
+ * RT_RELEASE, when awaited with RT_AWAIT_HOLD). Dropped while waiting, it
+ * leaves the queue, or passes a lock handed over but not collected to the
+ * next waiter (or releases it). Fields are private but for the header's
+ * result and the guard. */
 typedef struct rt_mutex_lock {
+    RT_FUTURE_HEADER;
     rt_semaphore_acquire acquire; /* the one permit */
+    rt_guard guard;               /* unlocks (RT_AWAIT_HOLD) */
+    rt_mutex *held;               /* the mutex the guard unlocks */
 } rt_mutex_lock;
 
 /* Prepares to lock m. Errors: -EINVAL (op or m NULL). */
 int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m);
-
-/* RT_READY once the caller holds the lock, else RT_PENDING (waker stored).
- * op or cx NULL: as rt_semaphore_acquire_poll (op NULL: RT_READY, the lock
- * is not taken; cx NULL: RT_PENDING, nothing done). */
-rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx);
-
-/* Abandons the wait (a lock handed over but not collected is passed on to
- * the next waiter or released). After RT_READY it does nothing: the lock is
- * then held until rt_mutex_unlock. Idempotent; NULL is a no-op. */
-void rt_mutex_lock_drop(rt_mutex_lock *op);
 
 /* Blocks the calling (foreign) thread until it holds the lock or timeout_ns
  * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread),
@@ -237,9 +229,15 @@ void rt_notify_one(rt_notify *n);
  * misses a notification. Stores no permit. NULL is a no-op. */
 void rt_notify_all(rt_notify *n);
 
-/* One wait for a notification. Fields are private. */
+/* One wait for a notification: an operation (see future.h) that finishes
+ * with result 0 once notified (by notify_one, a stored permit, or a
+ * notify_all since the init). Dropped while waiting, it leaves the queue; a
+ * notify_one that chose it but was not collected by a poll is passed on to
+ * the next waiter (or kept as the permit), so it is never lost. Fields are
+ * private but for the header's result. */
 typedef struct rt_notified {
-    rt_notify *notify;   /* NULL: not initialised, or finished */
+    RT_FUTURE_HEADER;
+    rt_notify *notify;   /* NULL once finished or dropped */
     uint64_t generation; /* rt_notify_all calls seen at init */
     rt_waitnode node;    /* place in the queue, and the state */
 } rt_notified;
@@ -247,17 +245,6 @@ typedef struct rt_notified {
 /* Prepares a wait on n; from here on an rt_notify_all wakes it. Errors:
  * -EINVAL (op or n NULL). */
 int rt_notified_init(rt_notified *op, rt_notify *n);
-
-/* RT_READY once notified (by notify_one, a stored permit, or a notify_all
- * since the init), else RT_PENDING (waker stored). op NULL: RT_READY, as for
- * a finished wait (no permit is consumed). cx NULL: RT_PENDING with nothing
- * done (op is left as it was). */
-rt_poll rt_notified_poll(rt_notified *op, rt_context *cx);
-
-/* Abandons the wait. A notify_one that chose this waiter but was not
- * collected by a poll is passed on to the next waiter (or kept as the
- * permit), so it is never lost. Idempotent; NULL is a no-op. */
-void rt_notified_drop(rt_notified *op);
 
 #ifdef __cplusplus
 }

@@ -4,9 +4,9 @@
  * runtime until its poll function returns RT_READY. Spawning may return a join
  * handle (rt_task *): a counted reference through which the result is read,
  * the task aborted, or interest given up. Every handle must end in exactly one
- * of rt_task_join returning RT_READY with a status other than -EINVAL,
- * rt_task_wait returning 0 or -ECANCELED, or rt_task_detach; each of those
- * releases it. A spawn that fails writes NULL to its handle.
+ * of: an rt_task_join operation initialised with it (which owns it from
+ * then on), rt_task_wait returning 0 or -ECANCELED, or rt_task_detach; each
+ * of those releases it. A spawn that fails writes NULL to its handle.
  *
  * A task's result is a `void *`. The runtime never frees it: when nobody joins
  * a task, a result that owns memory is leaked, so detached tasks should return
@@ -48,22 +48,23 @@ typedef struct rt_task rt_task;
 int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
              rt_task **handle);
 
-/* Awaits a task: a poll-style function, usually called from another task's
- * poll function with that poll's context.
- * Returns RT_PENDING (a clone of the context's waker is stored and woken when
- * the task finishes; a later call with another waker replaces it) or
- * RT_READY, in which case the handle is released (do not use it again),
- * *value holds the result (NULL when cancelled) and *status holds 0, or
- * -ECANCELED when the task was aborted or the runtime shut down before it
- * finished. value and status may be NULL. When it returns RT_READY the task's
- * drop function has already run. task or cx NULL: RT_READY with *value NULL
- * and *status -EINVAL, and a handle passed in is not released.
- * Abort safety: if the joining task is itself aborted while waiting, its drop
- * function must call rt_task_detach (or rt_task_abort then rt_task_detach) on
- * the handle; the joined task keeps running and nothing else is lost.
- * Any thread, with any waker (user wakers too), one caller at a time per
- * handle. */
-rt_poll rt_task_join(rt_task *task, rt_context *cx, void **value, int *status);
+/* Awaiting a task: an operation (see future.h) that owns the join handle
+ * from its init on. It finishes with result 0 and the task's result in
+ * `value`, or with -ECANCELED (`value` NULL) when the task was aborted or
+ * the runtime shut down before it finished; either way the handle is
+ * released and the task's drop function has run. Dropped unfinished, it
+ * detaches the handle: the task keeps running and its result is discarded.
+ * Any thread, with any waker (user wakers too). */
+typedef struct rt_task_join {
+    RT_FUTURE_HEADER;
+    rt_task *task; /* the handle owned; NULL once finished or dropped */
+    void *value;   /* the task's result */
+} rt_task_join;
+
+/* Prepares to join `task`, taking over its handle (also on error, unless
+ * task is NULL). Errors: -EINVAL (op or task NULL; with op NULL the handle
+ * is detached so that it is not leaked). Any thread. */
+int rt_task_join_init(rt_task_join *op, rt_task *task);
 
 /* Blocks the calling thread until the task finishes or `timeout_ns`
  * nanoseconds pass (timeout_ns < 0: no limit).

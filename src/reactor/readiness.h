@@ -23,9 +23,10 @@
  * Bits 2-3 are the same two directions, "not known to block": a new
  * registration starts with them set, so the first read or write simply tries
  * its system call instead of waiting for the reactor to report the initial
- * state; EAGAIN clears them with the confirmed bits. rt_io_readable and
- * rt_io_writable ignore them and wait for a real report: the kernel reports a
- * descriptor that is already ready when it is added, so nothing is lost.
+ * state; EAGAIN clears them with the confirmed bits. Readiness waits
+ * (rt_io_readable_init, rt_io_writable_init) ignore them and wait for a real
+ * report: the kernel reports a descriptor that is already ready when it is
+ * added, so nothing is lost.
  *
  * Short transfers. On a TCP socket the kernel copies as much as it has, or as
  * much as fits: a read that returns fewer bytes than asked emptied the
@@ -54,7 +55,8 @@
  * "stream" sockets return one message per read, as do datagram and seqpacket
  * sockets; terminals return a line; a pipe returns one packet when its writer
  * set O_DIRECT, which the read end cannot see. A user who layers kernel TLS
- * (TCP_ULP) on a socket should read it with rt_io_readable and recvmsg. */
+ * (TCP_ULP) on a socket should read it after a readiness wait (rt_io_readable_init) with recvmsg.
+ */
 #ifndef RT_SRC_READINESS_H
 #define RT_SRC_READINESS_H
 

@@ -36,7 +36,7 @@
  * load-acquire that sees FIRED pairs with the fire's releasing store, so the
  * poll that returns ready sees everything the reactor did.
  *
- * References (`refs`): the future holds one until rt_sleep_drop. The arm
+ * References (`refs`): the future holds one until the sleep finishes or is dropped. The arm
  * command holds one; it becomes the wheel's when the reactor files the
  * timer, or is dropped when the reactor takes the arm command of a timer
  * already cancelled. The wheel's goes when the timer fires, when a cancel
@@ -154,7 +154,7 @@ static inline uint32_t rt__timer_lock(rt__timer *t, uint32_t guess)
 }
 
 /* Releases the lock, setting the phase: pairs with timer_lock's CAS and
- * with the load-acquire in rt_sleep_poll. */
+ * with the load-acquire in the sleep's poll (sleep_poll_timer). */
 static inline void rt__timer_unlock(rt__timer *t, uint32_t phase)
 {
     rt__store_release_u32(&t->state, phase);

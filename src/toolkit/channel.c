@@ -119,25 +119,28 @@ static int oneshot_take_locked(rt_oneshot *o, void **value)
     return o->tx_gone ? -EPIPE : -EAGAIN;
 }
 
+static rt_poll oneshot_recv_vpoll(rt_future *f, rt_context *cx);
+static void oneshot_recv_vdrop(rt_future *f);
+static const rt_future_vtable oneshot_recv_vtable = {oneshot_recv_vpoll, oneshot_recv_vdrop};
+
 RT_EXPORT int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o)
 {
-    if (op == NULL || o == NULL)
+    if (op == NULL)
         return -EINVAL;
+    op->future.vtable = &oneshot_recv_vtable;
+    op->result = 0;
     op->o = o;
+    op->value = NULL;
+    if (o == NULL) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     return 0;
 }
 
-RT_EXPORT rt_poll rt_oneshot_recv_poll(rt_oneshot_recv *op, rt_context *cx, void **value,
-                                       int *status)
+static rt_poll oneshot_recv_vpoll(rt_future *f, rt_context *cx)
 {
-    if (rt__unlikely(op == NULL || cx == NULL || op->o == NULL)) {
-        /* An operation is left as it was: rt_oneshot_recv_drop settles it. */
-        if (value != NULL)
-            *value = NULL;
-        if (status != NULL)
-            *status = op != NULL && cx != NULL ? -EALREADY : -EINVAL;
-        return RT_READY;
-    }
+    rt_oneshot_recv *op = (rt_oneshot_recv *)f;
     rt_oneshot *o = op->o;
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
@@ -167,17 +170,13 @@ RT_EXPORT rt_poll rt_oneshot_recv_poll(rt_oneshot_recv *op, rt_context *cx, void
         return RT_PENDING;
     }
     op->o = NULL;
-    if (value != NULL)
-        *value = v;
-    if (status != NULL)
-        *status = err;
-    return RT_READY;
+    op->value = v;
+    return rt_future_finish(f, err);
 }
 
-RT_EXPORT void rt_oneshot_recv_drop(rt_oneshot_recv *op)
+static void oneshot_recv_vdrop(rt_future *f)
 {
-    if (op == NULL || op->o == NULL)
-        return;
+    rt_oneshot_recv *op = (rt_oneshot_recv *)f;
     rt_oneshot *o = op->o;
     op->o = NULL;
     rt_waker old = rt__waker_noop();
@@ -206,41 +205,18 @@ RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
 
 /* ---- Receiving from a foreign thread -------------------------------------- */
 
-/* A receive of either kind, for the *_recv_blocking calls. */
-struct recv_blocking {
-    bool oneshot; /* which member of op is in use */
-    union {
-        rt_oneshot_recv oneshot;
-        rt_chan_recv chan;
-    } op;
-    void *value;
-    int status;
-};
-
-static rt_poll recv_blocking_poll(void *arg, rt_context *cx)
+/* Parks the calling thread on a receive of either kind, initialised by the
+ * caller, until it finishes or timeout_ns passes (rt__block_on_future);
+ * `received` is the operation's value field. */
+static int recv_blocking(rt_future *op, void *const *received, int64_t timeout_ns, void **value)
 {
-    struct recv_blocking *b = arg;
-    if (b->oneshot)
-        return rt_oneshot_recv_poll(&b->op.oneshot, cx, &b->value, &b->status);
-    return rt_chan_recv_poll(&b->op.chan, cx, &b->value, &b->status);
-}
-
-/* Parks the calling thread on the receive in *b, initialised by the caller,
- * until it completes or timeout_ns passes (rt__block_on_poll). */
-static int recv_blocking(struct recv_blocking *b, int64_t timeout_ns, void **value)
-{
-    b->value = NULL;
-    b->status = 0;
-    int err = rt__block_on_poll(recv_blocking_poll, b, timeout_ns);
-    /* A no-op once it completed; after a timeout it leaves the queue. */
-    if (b->oneshot)
-        rt_oneshot_recv_drop(&b->op.oneshot);
-    else
-        rt_chan_recv_drop(&b->op.chan);
+    int err = rt__block_on_future(op, timeout_ns);
+    /* A no-op once it finished; after a timeout it leaves the queue. */
+    rt_future_drop(op);
     if (err == 0)
-        err = b->status;
+        err = (int)op->result;
     if (value != NULL)
-        *value = b->value;
+        *value = err == 0 ? *received : NULL;
     return err;
 }
 
@@ -248,9 +224,9 @@ RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void *
 {
     if (value != NULL)
         *value = NULL;
-    struct recv_blocking b = {.oneshot = true};
-    int err = rt_oneshot_recv_init(&b.op.oneshot, o);
-    return err < 0 ? err : recv_blocking(&b, timeout_ns, value);
+    rt_oneshot_recv op;
+    int err = rt_oneshot_recv_init(&op, o);
+    return err < 0 ? err : recv_blocking(&op.future, &op.value, timeout_ns, value);
 }
 
 RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
@@ -297,7 +273,9 @@ struct rt_chan {
     rt_waitnode *rx_tail; /* newest waiting receive */
     rt_waitnode *tx_head; /* oldest waiting send (only while full) */
     rt_waitnode *tx_tail; /* newest waiting send */
-    void *buf[];          /* the ring of values */
+    size_t value_size;    /* bytes per value; sizeof(void *) for rt_chan_new */
+    /* The ring of values, value_size bytes each, aligned for a pointer. */
+    _Alignas(max_align_t) unsigned char buf[];
 };
 
 #define RT__CHAN_MAX_CAPACITY ((size_t)1 << 31)
@@ -307,19 +285,46 @@ static inline rt_chan_send *send_of_node(rt_waitnode *n)
     return (rt_chan_send *)((char *)n - offsetof(rt_chan_send, node));
 }
 
-RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
+RT_EXPORT int rt_chan_new_sized(size_t capacity, size_t value_size, rt_chan **out)
 {
-    if (out == NULL || capacity == 0 || capacity > RT__CHAN_MAX_CAPACITY)
+    if (out == NULL || capacity == 0 || capacity > RT__CHAN_MAX_CAPACITY || value_size == 0 ||
+        value_size > RT_CHAN_VALUE_MAX)
         return -EINVAL;
-    rt_chan *ch = rt__calloc(1, sizeof(*ch) + capacity * sizeof(void *));
+    rt_chan *ch = rt__calloc(1, sizeof(*ch) + capacity * value_size);
     if (ch == NULL)
         return -ENOMEM;
     ch->senders = 1;
     ch->receivers = 1;
     ch->capacity = capacity;
+    ch->value_size = value_size;
     ch->rx_cache = rt__waker_noop();
     *out = ch;
     return 0;
+}
+
+RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
+{
+    return rt_chan_new_sized(capacity, sizeof(void *), out);
+}
+
+RT_EXPORT size_t rt_chan_value_size(const rt_chan *ch)
+{
+    return ch != NULL ? ch->value_size : 0;
+}
+
+/* The plain forms carry `void *` values: a channel of pointer-size ones. */
+static inline bool chan_holds_pointers(const rt_chan *ch)
+{
+    return ch->value_size == sizeof(void *);
+}
+
+/* Copies one value; a pointer-size one (the common case) without a call. */
+static inline void chan_copy_value(const rt_chan *ch, void *dst, const void *src)
+{
+    if (rt__likely(ch->value_size == sizeof(void *)))
+        memcpy(dst, src, sizeof(void *));
+    else
+        memcpy(dst, src, ch->value_size);
 }
 
 /* Releases the lock; frees the channel when its last side is gone and no
@@ -333,13 +338,19 @@ static void chan_unlock(rt_chan *ch)
         free(ch);
 }
 
-static inline void chan_push_locked(rt_chan *ch, void *value)
+static inline void chan_push_locked(rt_chan *ch, const void *src)
 {
     size_t slot = ch->first + ch->len;
     if (slot >= ch->capacity)
         slot -= ch->capacity;
-    ch->buf[slot] = value;
+    chan_copy_value(ch, ch->buf + slot * ch->value_size, src);
     ch->len++;
+}
+
+/* The bytes a send carries: its src, or its own `value` field. */
+static inline const void *send_source(const rt_chan_send *op)
+{
+    return op->src != NULL ? op->src : (const void *)&op->value;
 }
 
 /* rt_waitnode.want of a waiting receive whose waker is the channel's
@@ -541,13 +552,19 @@ RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, v
     chan_close_locked(ch);
     /* Closed: nothing more comes in, so the buffer only shrinks. The values
      * go to dispose one at a time, outside the lock. */
+    _Alignas(max_align_t) unsigned char v[RT_CHAN_VALUE_MAX]; /* the value being disposed of */
     while (ch->len > 0) {
-        void *v = ch->buf[ch->first];
+        if (dispose != NULL)
+            chan_copy_value(ch, v, ch->buf + ch->first * ch->value_size);
         ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
         ch->len--;
         rt__waitq_unlock(&ch->lock);
-        if (dispose != NULL)
-            dispose(v, arg);
+        if (dispose != NULL) {
+            void *pointer = v;
+            if (chan_holds_pointers(ch))
+                memcpy(&pointer, v, sizeof pointer); /* a `void *` value: itself */
+            dispose(pointer, arg);
+        }
         rt__waitq_lock(&ch->lock);
     }
     ch->rx_gone = true;
@@ -574,7 +591,14 @@ RT_EXPORT size_t rt_chan_capacity(const rt_chan *ch)
 
 RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
 {
-    if (ch == NULL)
+    if (ch == NULL || !chan_holds_pointers(ch))
+        return -EINVAL;
+    return rt_chan_try_send_copy(ch, &value);
+}
+
+RT_EXPORT int rt_chan_try_send_copy(rt_chan *ch, const void *src)
+{
+    if (ch == NULL || src == NULL)
         return -EINVAL;
     rt__waitq_lock(&ch->lock);
     if (ch->closed) {
@@ -586,7 +610,7 @@ RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
         rt__waitq_unlock(&ch->lock);
         return -EAGAIN;
     }
-    chan_push_locked(ch, value);
+    chan_push_locked(ch, src);
     rt_waker wake = rt__waker_noop();
     chan_wake_rx_locked(ch, &wake);
     rt__waitq_unlock(&ch->lock);
@@ -600,14 +624,15 @@ RT_EXPORT int rt_chan_try_send(rt_chan *ch, void *value)
  * value, the receive's in *wake_rx. Taking the last value after the end
  * wakes every waiting receive to see the end. Under the lock, which it may
  * release and retake (chan_wake_all_rx_locked). */
-static void *chan_take_locked(rt_chan *ch, rt_waker *wake, rt_waker *wake_rx)
+static void chan_take_locked(rt_chan *ch, void *dst, rt_waker *wake, rt_waker *wake_rx)
 {
-    void *value = ch->buf[ch->first];
+    if (dst != NULL)
+        chan_copy_value(ch, dst, ch->buf + ch->first * ch->value_size);
     ch->first = ch->first + 1 == ch->capacity ? 0 : ch->first + 1;
     ch->len--;
     rt_waitnode *n = rt__waitq_pop(&ch->tx_head, &ch->tx_tail);
     if (n != NULL) {
-        chan_push_locked(ch, send_of_node(n)->value);
+        chan_push_locked(ch, send_source(send_of_node(n)));
         n->state = RT__WAIT_GRANTED;
         *wake = n->waker;
         n->waker = rt__waker_noop();
@@ -617,42 +642,72 @@ static void *chan_take_locked(rt_chan *ch, rt_waker *wake, rt_waker *wake_rx)
     } else if (chan_ended_locked(ch) && ch->rx_head != NULL) {
         chan_wake_all_rx_locked(ch);
     }
-    return value;
 }
 
 RT_EXPORT int rt_chan_try_recv(rt_chan *ch, void **value)
 {
+    if (value != NULL)
+        *value = NULL;
+    if (ch == NULL || !chan_holds_pointers(ch))
+        return -EINVAL;
+    return rt_chan_try_recv_into(ch, value);
+}
+
+RT_EXPORT int rt_chan_try_recv_into(rt_chan *ch, void *dst)
+{
     if (ch == NULL)
         return -EINVAL;
-    void *v = NULL;
     int err = 0;
     rt_waker wake = rt__waker_noop();
     rt_waker wake_rx = rt__waker_noop();
     rt__waitq_lock(&ch->lock);
     /* Values promised to woken receives are theirs: no barging. */
     if (ch->len > ch->reserved)
-        v = chan_take_locked(ch, &wake, &wake_rx);
+        chan_take_locked(ch, dst, &wake, &wake_rx);
     else
         err = chan_ended_locked(ch) ? -EPIPE : -EAGAIN;
     rt__waitq_unlock(&ch->lock);
     rt__waker_wake(&wake);
     rt__waker_wake(&wake_rx);
-    if (value != NULL)
-        *value = v;
     return err;
 }
 
-RT_EXPORT int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch)
+static rt_poll chan_recv_vpoll(rt_future *f, rt_context *cx);
+static void chan_recv_vdrop(rt_future *f);
+static const rt_future_vtable chan_recv_vtable = {chan_recv_vpoll, chan_recv_vdrop};
+
+/* Field by field: a receive is prepared on every round trip. */
+static int chan_recv_prepare(rt_chan_recv *op, rt_chan *ch, void *dst, bool valid)
 {
-    if (op == NULL || ch == NULL)
-        return -EINVAL;
-    /* Field by field: a receive is prepared on every round trip. */
+    op->future.vtable = &chan_recv_vtable;
+    op->result = 0;
+    op->value = NULL;
+    op->dst = dst;
     op->ch = ch;
     op->node.prev = op->node.next = NULL;
     op->node.waker = rt__waker_noop();
     op->node.want = 0;
     op->node.state = RT__WAIT_IDLE;
+    if (!valid) {
+        op->ch = NULL;
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     return 0;
+}
+
+RT_EXPORT int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch)
+{
+    if (op == NULL)
+        return -EINVAL;
+    return chan_recv_prepare(op, ch, NULL, ch != NULL && chan_holds_pointers(ch));
+}
+
+RT_EXPORT int rt_chan_recv_into_init(rt_chan_recv *op, rt_chan *ch, void *dst)
+{
+    if (op == NULL)
+        return -EINVAL;
+    return chan_recv_prepare(op, ch, dst, ch != NULL && dst != NULL);
 }
 
 /* A receive leaving the queue gives the cache back if it borrowed it. */
@@ -674,28 +729,12 @@ static void chan_release_claim_locked(rt_chan *ch, rt_waitnode *n, rt_waker *wak
     chan_wake_rx_locked(ch, wake);
 }
 
-RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **value, int *status)
+static rt_poll chan_recv_vpoll(rt_future *f, rt_context *cx)
 {
-    if (rt__unlikely(op == NULL || cx == NULL)) {
-        /* An operation is left as it was: rt_chan_recv_drop still settles it. */
-        if (value != NULL)
-            *value = NULL;
-        if (status != NULL)
-            *status = -EINVAL;
-        return RT_READY;
-    }
+    rt_chan_recv *op = (rt_chan_recv *)f;
     rt_chan *ch = op->ch;
-    if (ch == NULL) {
-        /* Finished (or never initialised): the answer was given already. */
-        if (value != NULL)
-            *value = NULL;
-        if (status != NULL)
-            *status = -EALREADY;
-        return RT_READY;
-    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
-    void *v = NULL;
     int err;
     rt_waker wake = rt__waker_noop();
     rt_waker wake_rx = rt__waker_noop();
@@ -724,7 +763,7 @@ RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **val
         op->node.state = RT__WAIT_DONE;
         err = -EPIPE;
         if (can_take) {
-            v = chan_take_locked(ch, &wake, &wake_rx);
+            chan_take_locked(ch, op->dst != NULL ? op->dst : (void *)&op->value, &wake, &wake_rx);
             err = 0;
         }
     } else {
@@ -746,17 +785,12 @@ RT_EXPORT rt_poll rt_chan_recv_poll(rt_chan_recv *op, rt_context *cx, void **val
         return RT_PENDING;
     }
     op->ch = NULL;
-    if (value != NULL)
-        *value = v;
-    if (status != NULL)
-        *status = err;
-    return RT_READY;
+    return rt_future_finish(f, err);
 }
 
-RT_EXPORT void rt_chan_recv_drop(rt_chan_recv *op)
+static void chan_recv_vdrop(rt_future *f)
 {
-    if (op == NULL || op->ch == NULL)
-        return;
+    rt_chan_recv *op = (rt_chan_recv *)f;
     rt_chan *ch = op->ch;
     op->ch = NULL;
     rt_waker wake = rt__waker_noop();
@@ -779,38 +813,58 @@ RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **valu
 {
     if (value != NULL)
         *value = NULL;
-    struct recv_blocking b = {.oneshot = false};
-    int err = rt_chan_recv_init(&b.op.chan, ch);
-    return err < 0 ? err : recv_blocking(&b, timeout_ns, value);
+    rt_chan_recv op;
+    int err = rt_chan_recv_init(&op, ch);
+    return err < 0 ? err : recv_blocking(&op.future, &op.value, timeout_ns, value);
+}
+
+RT_EXPORT int rt_chan_recv_into_blocking(rt_chan *ch, int64_t timeout_ns, void *dst)
+{
+    unsigned char unwanted[RT_CHAN_VALUE_MAX]; /* where a value not handed back goes */
+    rt_chan_recv op;
+    int err = rt_chan_recv_into_init(&op, ch, dst != NULL ? dst : unwanted);
+    return err < 0 ? err : recv_blocking(&op.future, NULL, timeout_ns, NULL);
+}
+
+static rt_poll chan_send_vpoll(rt_future *f, rt_context *cx);
+static void chan_send_vdrop(rt_future *f);
+static const rt_future_vtable chan_send_vtable = {chan_send_vpoll, chan_send_vdrop};
+
+static int chan_send_prepare(rt_chan_send *op, rt_chan *ch, void *value, const void *src,
+                             bool valid)
+{
+    memset(op, 0, sizeof(*op));
+    op->future.vtable = &chan_send_vtable;
+    op->ch = valid ? ch : NULL;
+    op->value = value;
+    op->src = src;
+    op->node.waker = rt__waker_noop();
+    op->node.state = RT__WAIT_IDLE;
+    if (!valid) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 RT_EXPORT int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value)
 {
-    if (op == NULL || ch == NULL)
+    if (op == NULL)
         return -EINVAL;
-    memset(op, 0, sizeof(*op));
-    op->ch = ch;
-    op->value = value;
-    op->node.waker = rt__waker_noop();
-    op->node.state = RT__WAIT_IDLE;
-    return 0;
+    return chan_send_prepare(op, ch, value, NULL, ch != NULL && chan_holds_pointers(ch));
 }
 
-RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *status)
+RT_EXPORT int rt_chan_send_copy_init(rt_chan_send *op, rt_chan *ch, const void *src)
 {
-    if (rt__unlikely(op == NULL || cx == NULL)) {
-        /* An operation is left as it was: rt_chan_send_drop still settles it. */
-        if (status != NULL)
-            *status = -EINVAL;
-        return RT_READY;
-    }
+    if (op == NULL)
+        return -EINVAL;
+    return chan_send_prepare(op, ch, NULL, src, ch != NULL && src != NULL);
+}
+
+static rt_poll chan_send_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_chan_send *op = (rt_chan_send *)f;
     rt_chan *ch = op->ch;
-    if (ch == NULL) {
-        /* Finished (or never initialised): the answer was given already. */
-        if (status != NULL)
-            *status = -EALREADY;
-        return RT_READY;
-    }
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt_waker wake = rt__waker_noop();
@@ -835,7 +889,7 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
         if (ch->closed) {
             err = -EPIPE;
         } else if (ch->len < ch->capacity) {
-            chan_push_locked(ch, op->value);
+            chan_push_locked(ch, send_source(op));
             chan_wake_rx_locked(ch, &wake);
             err = 0;
         } else {
@@ -855,9 +909,7 @@ RT_EXPORT rt_poll rt_chan_send_poll(rt_chan_send *op, rt_context *cx, int *statu
         return RT_PENDING;
     }
     op->ch = NULL;
-    if (status != NULL)
-        *status = err;
-    return RT_READY;
+    return rt_future_finish(f, err);
 }
 
 /* Abandons a send; returns true when its value had been accepted into the
@@ -880,37 +932,37 @@ static bool chan_send_abandon(rt_chan_send *op)
     return sent;
 }
 
-RT_EXPORT int rt_chan_send_drop(rt_chan_send *op)
+static void chan_send_vdrop(rt_future *f)
 {
-    if (op == NULL)
-        return 0;
     /* A send accepted but not reported stays sent: its value is in the
-     * buffer, owned by the receiver side, exactly as after RT_READY. */
-    return chan_send_abandon(op) ? 1 : 0;
+     * buffer, owned by the receiver side, exactly as after it finished. */
+    if (chan_send_abandon((rt_chan_send *)f))
+        f->result = 0;
 }
 
-struct chan_send_blocking {
-    rt_chan_send op;
-    int status;
-};
-
-static rt_poll chan_send_blocking_poll(void *arg, rt_context *cx)
+/* Parks the calling thread on a send prepared by the caller (err: what its
+ * init returned). */
+static int send_blocking(rt_chan_send *op, int err, int64_t timeout_ns)
 {
-    struct chan_send_blocking *b = arg;
-    return rt_chan_send_poll(&b->op, cx, &b->status);
+    if (err < 0)
+        return err;
+    err = rt__block_on_future(&op->future, timeout_ns);
+    if (err == 0)
+        return (int)op->result;
+    /* Timed out (or no memory): unless the value got in at the last moment,
+     * it was not sent and is still the caller's. */
+    RT_DROP(op);
+    return op->result == 0 ? 0 : err;
 }
 
 RT_EXPORT int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns)
 {
-    struct chan_send_blocking b;
-    int err = rt_chan_send_init(&b.op, ch, value);
-    if (err < 0)
-        return err;
-    b.status = 0;
-    err = rt__block_on_poll(chan_send_blocking_poll, &b, timeout_ns);
-    if (err == 0)
-        return b.status;
-    /* Timed out (or no memory): unless the value got in at the last moment,
-     * it was not sent and is still the caller's. */
-    return chan_send_abandon(&b.op) ? 0 : err;
+    rt_chan_send op;
+    return send_blocking(&op, rt_chan_send_init(&op, ch, value), timeout_ns);
+}
+
+RT_EXPORT int rt_chan_send_copy_blocking(rt_chan *ch, const void *src, int64_t timeout_ns)
+{
+    rt_chan_send op;
+    return send_blocking(&op, rt_chan_send_copy_init(&op, ch, src), timeout_ns);
 }

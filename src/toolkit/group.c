@@ -352,65 +352,12 @@ static struct child_record *pop_done_locked(rt_group *g)
     return r;
 }
 
-/* The timeout part of a wait: RT_READY with *err set when it has passed or
- * failed. */
-static rt_poll poll_timeout(rt_sleep *sleep, int timed, rt_context *cx, int *err)
+static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
 {
-    if (!timed)
-        return RT_PENDING;
-    int terr = 0;
-    if (rt_sleep_poll(sleep, cx, &terr) != RT_READY)
-        return RT_PENDING;
-    *err = terr != 0 ? terr : -ETIMEDOUT;
-    return RT_READY;
-}
-
-static int init_timer(rt_group *g, rt_sleep *sleep, int *timed, int64_t timeout_ns)
-{
-    memset(sleep, 0, sizeof(*sleep));
-    *timed = timeout_ns >= 0;
-    return *timed ? rt_sleep_init(sleep, g->rt, timeout_ns) : 0;
-}
-
-/* The drop of a wait: its timeout, if it has one, and the group it names. */
-static void drop_timeout(rt_sleep *sleep, int *timed, rt_group **group)
-{
-    if (*timed)
-        rt_sleep_drop(sleep);
-    *timed = 0;
-    *group = NULL;
-}
-
-RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g, int64_t timeout_ns)
-{
-    if (op == NULL || g == NULL)
-        return -EINVAL;
-    memset(op, 0, sizeof(*op));
-    int err = init_timer(g, &op->sleep, &op->timed, timeout_ns);
-    if (err < 0)
-        return err;
-    op->group = g;
-    return 0;
-}
-
-RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group_result *res,
-                                     int *err)
-{
-    if (rt__unlikely(op == NULL || cx == NULL)) {
-        if (err != NULL)
-            *err = -EINVAL;
-        return RT_READY;
-    }
+    rt_group_next *op = (rt_group_next *)f;
     rt_group *g = op->group;
-    int status = 0;
-    if (g == NULL) {
-        status = -EINVAL; /* finished before: nothing more to report */
-        goto ready;
-    }
-    if (g->discard) {
-        status = -EINVAL; /* a discarding group keeps no result to collect */
-        goto ready;
-    }
+    if (g->discard)
+        return rt_future_finish(f, -EINVAL); /* a discarding group keeps no result */
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt_waker old = rt__waker_noop();
@@ -424,70 +371,43 @@ RT_EXPORT rt_poll rt_group_next_poll(rt_group_next *op, rt_context *cx, rt_group
     rt__waitq_unlock(&g->lock);
     rt__waker_drop(&old);
     if (r != NULL) {
-        if (res != NULL) {
-            res->id = r->id;
-            res->value = r->value;
-            res->status = r->status;
-        }
+        op->child.id = r->id;
+        op->child.value = r->value;
+        op->child.status = r->status;
         free(r);
-        goto ready;
+        op->group = NULL;
+        return rt_future_finish(f, 0);
     }
     if (empty) {
-        status = -ECHILD;
-        goto ready;
+        op->group = NULL;
+        return rt_future_finish(f, -ECHILD);
     }
-    if (poll_timeout(&op->sleep, op->timed, cx, &status) == RT_READY)
-        goto ready;
     rt__coop_refund(); /* only completed operations spend budget */
     return RT_PENDING;
-ready:
-    if (err != NULL)
-        *err = status;
-    return RT_READY;
 }
 
-RT_EXPORT void rt_group_next_drop(rt_group_next *op)
-{
-    if (op != NULL)
-        drop_timeout(&op->sleep, &op->timed, &op->group);
-}
+/* Dropping a wait releases nothing: the owner's waker it may have stored
+ * stays in the group until the next wait replaces it or the group ends. */
+static const rt_future_vtable group_next_vtable = {group_next_vpoll, NULL};
 
-static int wait_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns, int closing)
+RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g)
 {
-    if (op == NULL || g == NULL)
+    if (op == NULL)
         return -EINVAL;
     memset(op, 0, sizeof(*op));
-    int err = init_timer(g, &op->sleep, &op->timed, timeout_ns);
-    if (err < 0)
-        return err;
+    op->future.vtable = &group_next_vtable;
     op->group = g;
-    op->closing = closing;
+    if (g == NULL) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     return 0;
 }
 
-RT_EXPORT int rt_group_join_all_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns)
+static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
 {
-    return wait_init(op, g, timeout_ns, 0);
-}
-
-RT_EXPORT int rt_group_close_init(rt_group_wait *op, rt_group *g, int64_t timeout_ns)
-{
-    return wait_init(op, g, timeout_ns, 1);
-}
-
-RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *failed, int *err)
-{
-    if (rt__unlikely(op == NULL || cx == NULL)) {
-        if (err != NULL)
-            *err = -EINVAL;
-        return RT_READY;
-    }
+    rt_group_wait *op = (rt_group_wait *)f;
     rt_group *g = op->group;
-    int status = 0;
-    if (g == NULL) {
-        status = -EINVAL;
-        goto ready;
-    }
     for (;;) {
         rt_waker old = rt__waker_noop();
         rt__waitq_lock(&g->lock);
@@ -514,26 +434,38 @@ RT_EXPORT rt_poll rt_group_wait_poll(rt_group_wait *op, rt_context *cx, size_t *
             free(r);
             continue;
         }
-        if (all_done)
-            goto ready;
-        break;
+        if (!all_done)
+            return RT_PENDING;
+        op->group = NULL;
+        return rt_future_finish(f, 0);
     }
-    if (poll_timeout(&op->sleep, op->timed, cx, &status) == RT_READY)
-        goto ready_keep;
-    return RT_PENDING;
-ready:
-    if (failed != NULL)
-        *failed = op->failed;
-ready_keep:
-    if (err != NULL)
-        *err = status;
-    return RT_READY;
 }
 
-RT_EXPORT void rt_group_wait_drop(rt_group_wait *op)
+static const rt_future_vtable group_wait_vtable = {group_wait_vpoll, NULL};
+
+static int wait_init(rt_group_wait *op, rt_group *g, int closing)
 {
-    if (op != NULL)
-        drop_timeout(&op->sleep, &op->timed, &op->group);
+    if (op == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->future.vtable = &group_wait_vtable;
+    op->group = g;
+    op->closing = closing;
+    if (g == NULL) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+RT_EXPORT int rt_group_join_all_init(rt_group_wait *op, rt_group *g)
+{
+    return wait_init(op, g, 0);
+}
+
+RT_EXPORT int rt_group_close_init(rt_group_wait *op, rt_group *g)
+{
+    return wait_init(op, g, 1);
 }
 
 RT_EXPORT void rt_group_free(rt_group *g)

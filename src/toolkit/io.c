@@ -252,7 +252,7 @@ void rt__io_close_all(rt_runtime *rt)
 
 /* ---- Operations ------------------------------------------------------------ */
 
-/* Readiness as promised by rt_io_readable/writable: exact. The bit says an
+/* Readiness as promised by the readiness waits (rt_io_readable_init): exact. The bit says an
  * edge came, but the user may have drained or filled the descriptor since
  * with calls of its own, so a set bit is confirmed with a zero-timeout
  * poll(2), and forgotten (tick-checked, as after EAGAIN) when stale. */
@@ -270,27 +270,35 @@ static rt_poll io_ready_exact(rt_io *io, unsigned dir, rt_context *cx)
     }
 }
 
-RT_EXPORT rt_poll rt_io_readable(rt_io *io, rt_context *cx)
+static rt_poll io_ready_vpoll(rt_future *f, rt_context *cx)
 {
-    if (rt__unlikely(io == NULL || cx == NULL))
-        return RT_READY; /* the read that follows reports -EINVAL */
-    return io_ready_exact(io, RT__IO_READ, cx);
+    rt_io_ready *op = (rt_io_ready *)f;
+    if (io_ready_exact(op->io, op->writable ? RT__IO_WRITE : RT__IO_READ, cx) == RT_PENDING)
+        return RT_PENDING;
+    return rt_future_finish(f, 0);
 }
 
-RT_EXPORT rt_poll rt_io_writable(rt_io *io, rt_context *cx)
+/* The I/O operations hold nothing while they wait but the waker stored in
+ * the rt_io, which the next poller replaces: they need no drop. */
+static const rt_future_vtable io_ready_vtable = {io_ready_vpoll, NULL};
+
+static int io_ready_init(rt_io_ready *op, rt_io *io, int writable)
 {
-    if (rt__unlikely(io == NULL || cx == NULL))
-        return RT_READY; /* the write that follows reports -EINVAL */
-    return io_ready_exact(io, RT__IO_WRITE, cx);
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->writable = writable;
+    return rt__io_op_init(&op->future, &io_ready_vtable, io != NULL);
 }
 
-/* A transfer given a NULL argument it needs: RT_READY with -EINVAL in
- * *result, or with nothing done when result itself is NULL. */
-static rt_poll io_einval(ssize_t *result)
+RT_EXPORT int rt_io_readable_init(rt_io_ready *op, rt_io *io)
 {
-    if (result != NULL)
-        *result = -EINVAL;
-    return RT_READY;
+    return io_ready_init(op, io, 0);
+}
+
+RT_EXPORT int rt_io_writable_init(rt_io_ready *op, rt_io *io)
+{
+    return io_ready_init(op, io, 1);
 }
 
 /* recv() on a socket skips read()'s file-position lock and VFS layers
@@ -302,10 +310,8 @@ static ssize_t io_read_once(rt_io *io, void *buf, size_t len)
     return io->is_socket ? recv(io->fd, buf, len, 0) : read(io->fd, buf, len);
 }
 
-RT_EXPORT rt_poll rt_io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result)
+static rt_poll io_read(rt_io *io, rt_context *cx, void *buf, size_t len, ssize_t *result)
 {
-    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
-        return io_einval(result);
     for (;;) {
         uint32_t tick;
         if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
@@ -332,11 +338,8 @@ static ssize_t io_write_once(rt_io *io, const void *buf, size_t len)
     return io->is_socket ? send(io->fd, buf, len, MSG_NOSIGNAL) : write(io->fd, buf, len);
 }
 
-RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t len,
-                              ssize_t *result)
+static rt_poll io_write(rt_io *io, rt_context *cx, const void *buf, size_t len, ssize_t *result)
 {
-    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
-        return io_einval(result);
     for (;;) {
         uint32_t tick;
         if (rt__io_poll_ready(io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
@@ -356,22 +359,73 @@ RT_EXPORT rt_poll rt_io_write(rt_io *io, rt_context *cx, const void *buf, size_t
     }
 }
 
-RT_EXPORT rt_poll rt_io_write_all(rt_io *io, rt_context *cx, const void *buf, size_t len,
-                                  size_t *progress, ssize_t *result)
+static rt_poll io_read_vpoll(rt_future *f, rt_context *cx)
 {
-    if (rt__unlikely(io == NULL || cx == NULL || progress == NULL || result == NULL ||
-                     (buf == NULL && len > 0)))
-        return io_einval(result);
-    while (*progress < len) {
+    rt_io_read *op = (rt_io_read *)f;
+    ssize_t n;
+    if (io_read(op->io, cx, op->buf, op->len, &n) == RT_PENDING)
+        return RT_PENDING;
+    return rt_future_finish(f, n);
+}
+
+static const rt_future_vtable io_read_vtable = {io_read_vpoll, NULL};
+
+RT_EXPORT int rt_io_read_init(rt_io_read *op, rt_io *io, void *buf, size_t len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->buf = buf;
+    op->len = len;
+    return rt__io_op_init(&op->future, &io_read_vtable, io != NULL && (buf != NULL || len == 0));
+}
+
+static rt_poll io_write_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_io_write *op = (rt_io_write *)f;
+    ssize_t n;
+    if (io_write(op->io, cx, op->buf, op->len, &n) == RT_PENDING)
+        return RT_PENDING;
+    return rt_future_finish(f, n);
+}
+
+static const rt_future_vtable io_write_vtable = {io_write_vpoll, NULL};
+
+RT_EXPORT int rt_io_write_init(rt_io_write *op, rt_io *io, const void *buf, size_t len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->buf = buf;
+    op->len = len;
+    return rt__io_op_init(&op->future, &io_write_vtable, io != NULL && (buf != NULL || len == 0));
+}
+
+static rt_poll io_write_all_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_io_write_all *op = (rt_io_write_all *)f;
+    while (op->progress < op->len) {
         ssize_t n;
-        if (rt_io_write(io, cx, (const char *)buf + *progress, len - *progress, &n) == RT_PENDING)
+        if (io_write(op->io, cx, (const char *)op->buf + op->progress, op->len - op->progress,
+                     &n) == RT_PENDING)
             return RT_PENDING;
-        if (n < 0) {
-            *result = n;
-            return RT_READY;
-        }
-        *progress += (size_t)n;
+        if (n < 0)
+            return rt_future_finish(f, n);
+        op->progress += (size_t)n;
     }
-    *result = (ssize_t)len;
-    return RT_READY;
+    return rt_future_finish(f, (int64_t)op->len);
+}
+
+static const rt_future_vtable io_write_all_vtable = {io_write_all_vpoll, NULL};
+
+RT_EXPORT int rt_io_write_all_init(rt_io_write_all *op, rt_io *io, const void *buf, size_t len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->buf = buf;
+    op->len = len;
+    op->progress = 0;
+    return rt__io_op_init(&op->future, &io_write_all_vtable,
+                          io != NULL && (buf != NULL || len == 0));
 }

@@ -40,6 +40,19 @@ static inline bool rt__io_retry_after_error(rt_io *io, unsigned dir, uint32_t ti
     rt__io_clear_ready(io, dir, tick);
     return true;
 }
+/* Starts an I/O operation's header: `vtable`, or finished with -EINVAL when
+ * its arguments are not `valid` (returns 0 or -EINVAL, as the inits do). */
+static inline int rt__io_op_init(rt_future *f, const rt_future_vtable *vtable, bool valid)
+{
+    f->vtable = vtable;
+    f->result = 0;
+    if (!valid) {
+        rt_future_finish(f, -EINVAL);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /* After a short read or write on TCP: the same, unless `dir` is sticky. */
 void rt__io_clear_after_short(rt_io *io, unsigned dir, uint32_t tick);
 

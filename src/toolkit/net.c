@@ -74,26 +74,6 @@ static int adopt_or_close(rt_runtime *rt, int fd, bool tcp, rt_io **out)
     return err;
 }
 
-/* An accept or connect poll given a NULL argument it needs: RT_READY with
- * *err -EINVAL and *conn NULL (each when not NULL); nothing else is done. */
-static rt_poll net_einval(rt_io **conn, int *err)
-{
-    if (conn != NULL)
-        *conn = NULL;
-    if (err != NULL)
-        *err = -EINVAL;
-    return RT_READY;
-}
-
-/* A datagram poll given a NULL argument it needs: RT_READY with -EINVAL in
- * *result, or with nothing done when result itself is NULL. */
-static rt_poll udp_einval(ssize_t *result)
-{
-    if (result != NULL)
-        *result = -EINVAL;
-    return RT_READY;
-}
-
 static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int type,
                         unsigned flags, int backlog, rt_io **out)
 {
@@ -121,11 +101,11 @@ RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen
     return bound_socket(rt, addr, len, SOCK_STREAM, flags, backlog, out);
 }
 
-RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
-                                struct sockaddr_storage *peer, socklen_t *peer_len, int *err)
+/* One attempt at taking a connection: RT_READY with *err set (and *conn on
+ * success), or RT_PENDING. */
+static rt_poll accept_once(rt_tcp_accept *op, rt_context *cx, int *err)
 {
-    if (rt__unlikely(listener == NULL || cx == NULL || conn == NULL || err == NULL))
-        return net_einval(conn, err);
+    rt_io *listener = op->listener;
     /* The connection's rt_io is allocated before accept4 takes the
      * connection from the kernel: a failure then leaves it queued. */
     rt_io *io = NULL;
@@ -152,12 +132,9 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
                 close(fd);
                 return RT_READY;
             }
-            *conn = io;
-            if (peer != NULL) {
-                memcpy(peer, &ss, sizeof ss);
-                if (peer_len != NULL)
-                    *peer_len = sl;
-            }
+            op->conn = io;
+            memcpy(&op->peer, &ss, sizeof ss);
+            op->peer_len = sl;
             return RT_READY;
         }
         int e = errno;
@@ -175,109 +152,115 @@ RT_EXPORT rt_poll rt_tcp_accept(rt_io *listener, rt_context *cx, rt_io **conn,
     }
 }
 
-/* ---- Connect ------------------------------------------------------------------ */
+static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
+{
+    int err;
+    if (accept_once((rt_tcp_accept *)f, cx, &err) == RT_PENDING)
+        return RT_PENDING;
+    return rt_future_finish(f, err);
+}
 
-RT_EXPORT int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, int64_t timeout_ns)
+/* Nothing is held while waiting but the listener's stored waker. */
+static const rt_future_vtable accept_vtable = {accept_vpoll, NULL};
+
+RT_EXPORT int rt_tcp_accept_init(rt_tcp_accept *op, rt_io *listener)
 {
     if (op == NULL)
         return -EINVAL;
-    memset(op, 0, sizeof(*op));
-    if (rt == NULL)
-        rt = rt_current();
-    if (rt == NULL)
-        return -EINVAL;
-    op->has_limit = timeout_ns > 0;
-    /* Without a limit the timeout still records the runtime. */
-    return rt_timeout_init(&op->limit, rt, op->has_limit ? timeout_ns : 0);
+    op->listener = listener;
+    op->conn = NULL;
+    op->peer_len = 0;
+    return rt__io_op_init(&op->future, &accept_vtable, listener != NULL);
 }
+
+/* ---- Connect ------------------------------------------------------------------ */
 
 /* Finishes the attempt: hands the socket over, or closes it on error. */
-static rt_poll connect_done(rt_tcp_connect *op, rt_io **conn, int *err, int e)
+static rt_poll connect_done(rt_tcp_connect *op, int e)
 {
-    if (e == 0) {
-        *conn = op->io;
-    } else {
+    if (e == 0)
+        op->conn = op->io;
+    else
         rt_io_close(op->io);
-        *conn = NULL;
-    }
     op->io = NULL;
-    rt_timeout_drop(&op->limit);
-    *err = e;
-    return RT_READY;
+    return rt_future_finish(&op->future, e);
 }
 
-RT_EXPORT rt_poll rt_tcp_connect_poll(rt_tcp_connect *op, rt_context *cx,
-                                      const struct sockaddr *addr, socklen_t len, rt_io **conn,
-                                      int *err)
+/* Opens the socket and starts the handshake: RT_READY when that already
+ * decided the outcome, else RT_PENDING with op->io connecting. */
+static rt_poll connect_start(rt_tcp_connect *op)
 {
-    if (rt__unlikely(op == NULL || cx == NULL || addr == NULL || conn == NULL || err == NULL))
-        return net_einval(conn, err);
-    if (!op->started) {
-        op->started = 1;
-        int fd = open_socket(addr, SOCK_STREAM, 0);
-        if (fd < 0) {
-            *err = fd;
-            *conn = NULL;
-            return RT_READY;
-        }
-        int rc = connect(fd, addr, len);
-        int e = rc < 0 ? errno : 0;
-        if (rc < 0 && e != EINPROGRESS && e != EINTR) {
-            close(fd);
-            *err = -e;
-            *conn = NULL;
-            return RT_READY;
-        }
-        int aerr =
-            adopt_or_close(op->limit.sleep.rt, fd, is_tcp(addr->sa_family, SOCK_STREAM), &op->io);
-        if (aerr < 0) {
-            *err = aerr;
-            *conn = NULL;
-            return RT_READY;
-        }
-        if (rc == 0)
-            return connect_done(op, conn, err, 0);
-        /* A connecting socket is writable once its handshake ends: wait
-         * for that report (the poll below ignores the initial optimism). */
+    const struct sockaddr *addr = (const struct sockaddr *)&op->addr;
+    int fd = open_socket(addr, SOCK_STREAM, 0);
+    if (fd < 0)
+        return rt_future_finish(&op->future, fd);
+    int rc = connect(fd, addr, op->addr_len);
+    int e = rc < 0 ? errno : 0;
+    if (rc < 0 && e != EINPROGRESS && e != EINTR) {
+        close(fd);
+        return rt_future_finish(&op->future, -e);
     }
-    for (;;) {
-        uint32_t tick;
-        if (rt__io_poll_ready(op->io, RT__IO_WRITE, false, cx, &tick) == RT_READY) {
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (getsockopt(op->io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
-                soerr = errno;
-            if (soerr != 0)
-                return connect_done(op, conn, err, -soerr);
-            struct sockaddr_storage ss;
-            socklen_t pl = sizeof ss;
-            if (getpeername(op->io->fd, (struct sockaddr *)&ss, &pl) == 0)
-                return connect_done(op, conn, err, 0);
-            if (errno != ENOTCONN)
-                return connect_done(op, conn, err, -errno);
-            /* Not connected yet after all (an edge for something else). */
-            rt__io_clear_ready(op->io, RT__IO_WRITE, tick);
-            continue;
-        }
-        break;
-    }
-    if (op->has_limit) {
-        int terr = 0;
-        if (rt_sleep_poll(&op->limit.sleep, cx, &terr) == RT_READY)
-            return connect_done(op, conn, err, terr < 0 ? terr : -ETIMEDOUT);
-    }
+    int aerr = adopt_or_close(op->rt, fd, is_tcp(addr->sa_family, SOCK_STREAM), &op->io);
+    if (aerr < 0)
+        return rt_future_finish(&op->future, aerr);
+    if (rc == 0)
+        return connect_done(op, 0);
+    /* A connecting socket is writable once its handshake ends: wait for that
+     * report (the poll below ignores the initial optimism). */
     return RT_PENDING;
 }
 
-RT_EXPORT void rt_tcp_connect_drop(rt_tcp_connect *op)
+static rt_poll connect_vpoll(rt_future *f, rt_context *cx)
 {
-    if (op == NULL)
-        return;
+    rt_tcp_connect *op = (rt_tcp_connect *)f;
+    if (op->io == NULL && connect_start(op) == RT_READY)
+        return RT_READY;
+    for (;;) {
+        uint32_t tick;
+        if (rt__io_poll_ready(op->io, RT__IO_WRITE, false, cx, &tick) == RT_PENDING)
+            return RT_PENDING;
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (getsockopt(op->io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+            soerr = errno;
+        if (soerr != 0)
+            return connect_done(op, -soerr);
+        struct sockaddr_storage ss;
+        socklen_t pl = sizeof ss;
+        if (getpeername(op->io->fd, (struct sockaddr *)&ss, &pl) == 0)
+            return connect_done(op, 0);
+        if (errno != ENOTCONN)
+            return connect_done(op, -errno);
+        /* Not connected yet after all (an edge for something else). */
+        rt__io_clear_ready(op->io, RT__IO_WRITE, tick);
+    }
+}
+
+/* A dropped attempt closes its half-open socket. */
+static void connect_vdrop(rt_future *f)
+{
+    rt_tcp_connect *op = (rt_tcp_connect *)f;
     if (op->io != NULL) {
         rt_io_close(op->io);
         op->io = NULL;
     }
-    rt_timeout_drop(&op->limit);
+}
+
+static const rt_future_vtable connect_vtable = {connect_vpoll, connect_vdrop};
+
+RT_EXPORT int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const struct sockaddr *addr,
+                                  socklen_t addr_len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->rt = rt != NULL ? rt : rt_current();
+    bool valid = op->rt != NULL && addr != NULL && addr_len > 0 && addr_len <= sizeof op->addr;
+    if (valid) {
+        memcpy(&op->addr, addr, addr_len);
+        op->addr_len = addr_len;
+    }
+    return rt__io_op_init(&op->future, &connect_vtable, valid);
 }
 
 /* ---- Socket options and addresses ---------------------------------------------- */
@@ -328,47 +311,67 @@ RT_EXPORT int rt_udp_connect(rt_io *io, const struct sockaddr *addr, socklen_t l
     return connect(io->fd, addr, len) < 0 ? -errno : 0;
 }
 
-RT_EXPORT rt_poll rt_udp_send_to(rt_io *io, rt_context *cx, const void *buf, size_t len,
-                                 const struct sockaddr *addr, socklen_t addr_len, ssize_t *result)
+static rt_poll udp_send_vpoll(rt_future *f, rt_context *cx)
 {
-    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
-        return udp_einval(result);
+    rt_udp_send_to *op = (rt_udp_send_to *)f;
+    const struct sockaddr *addr = op->addr_len > 0 ? (const struct sockaddr *)&op->addr : NULL;
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(op->io, RT__IO_WRITE, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
-        ssize_t n = sendto(io->fd, buf, len, MSG_NOSIGNAL, addr, addr_len);
-        if (n >= 0) {
-            *result = n;
-            return RT_READY;
-        }
-        if (!rt__io_retry_after_error(io, RT__IO_WRITE, tick, result))
-            return RT_READY;
+        ssize_t n = sendto(op->io->fd, op->buf, op->len, MSG_NOSIGNAL, addr, op->addr_len);
+        if (n < 0 && rt__io_retry_after_error(op->io, RT__IO_WRITE, tick, &n))
+            continue;
+        return rt_future_finish(f, n);
     }
 }
 
-RT_EXPORT rt_poll rt_udp_recv_from(rt_io *io, rt_context *cx, void *buf, size_t len,
-                                   struct sockaddr_storage *from, socklen_t *from_len,
-                                   ssize_t *result)
+static const rt_future_vtable udp_send_vtable = {udp_send_vpoll, NULL};
+
+RT_EXPORT int rt_udp_send_to_init(rt_udp_send_to *op, rt_io *io, const void *buf, size_t len,
+                                  const struct sockaddr *addr, socklen_t addr_len)
 {
-    if (rt__unlikely(io == NULL || cx == NULL || result == NULL || (buf == NULL && len > 0)))
-        return udp_einval(result);
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->buf = buf;
+    op->len = len;
+    op->addr_len = 0;
+    bool valid = io != NULL && (buf != NULL || len == 0) &&
+                 (addr == NULL || (addr_len > 0 && addr_len <= sizeof op->addr));
+    if (valid && addr != NULL) {
+        memcpy(&op->addr, addr, addr_len);
+        op->addr_len = addr_len;
+    }
+    return rt__io_op_init(&op->future, &udp_send_vtable, valid);
+}
+
+static rt_poll udp_recv_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_udp_recv_from *op = (rt_udp_recv_from *)f;
     for (;;) {
         uint32_t tick;
-        if (rt__io_poll_ready(io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
+        if (rt__io_poll_ready(op->io, RT__IO_READ, true, cx, &tick) == RT_PENDING)
             return RT_PENDING;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        ssize_t n = recvfrom(io->fd, buf, len, 0, (struct sockaddr *)&ss, &sl);
-        if (n >= 0) {
-            if (from != NULL)
-                memcpy(from, &ss, sizeof ss);
-            if (from_len != NULL)
-                *from_len = sl;
-            *result = n;
-            return RT_READY;
-        }
-        if (!rt__io_retry_after_error(io, RT__IO_READ, tick, result))
-            return RT_READY;
+        socklen_t sl = sizeof op->from;
+        ssize_t n = recvfrom(op->io->fd, op->buf, op->len, 0, (struct sockaddr *)&op->from, &sl);
+        if (n >= 0)
+            op->from_len = sl;
+        else if (rt__io_retry_after_error(op->io, RT__IO_READ, tick, &n))
+            continue;
+        return rt_future_finish(f, n);
     }
+}
+
+static const rt_future_vtable udp_recv_vtable = {udp_recv_vpoll, NULL};
+
+RT_EXPORT int rt_udp_recv_from_init(rt_udp_recv_from *op, rt_io *io, void *buf, size_t len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->io = io;
+    op->buf = buf;
+    op->len = len;
+    op->from_len = 0;
+    return rt__io_op_init(&op->future, &udp_recv_vtable, io != NULL && (buf != NULL || len == 0));
 }

@@ -164,11 +164,33 @@ RT_EXPORT size_t rt_semaphore_available(rt_semaphore *sem)
     return n;
 }
 
+static rt_poll sem_acquire_vpoll(rt_future *f, rt_context *cx);
+static void sem_acquire_vdrop(rt_future *f);
+static const rt_future_vtable sem_acquire_vtable = {sem_acquire_vpoll, sem_acquire_vdrop};
+
+/* The guard of an acquisition awaited with RT_AWAIT_HOLD. */
+static void sem_guard_release(rt_guard *g)
+{
+    rt_semaphore_acquire *op =
+        (rt_semaphore_acquire *)((char *)g - offsetof(rt_semaphore_acquire, guard));
+    rt_semaphore *sem = op->held;
+    op->held = NULL;
+    if (sem != NULL)
+        rt_semaphore_release(sem, op->node.want);
+}
+
 RT_EXPORT int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_t n)
 {
-    if (op == NULL || sem == NULL || n == 0 || n > RT_SEMAPHORE_MAX)
+    if (op == NULL)
         return -EINVAL;
     memset(op, 0, sizeof(*op));
+    op->future.vtable = &sem_acquire_vtable;
+    op->guard.release = sem_guard_release;
+    op->node.waker = rt__waker_noop();
+    if (sem == NULL || n == 0 || n > RT_SEMAPHORE_MAX) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     op->sem = sem;
     op->node.want = n;
     op->node.waker = rt__waker_noop();
@@ -176,14 +198,10 @@ RT_EXPORT int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *
     return 0;
 }
 
-RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context *cx)
+static rt_poll sem_acquire_vpoll(rt_future *f, rt_context *cx)
 {
-    /* No operation: nothing to wait for. No context: no waker to store. */
-    if (rt__unlikely(op == NULL || cx == NULL))
-        return op == NULL ? RT_READY : RT_PENDING;
+    rt_semaphore_acquire *op = (rt_semaphore_acquire *)f;
     rt_semaphore *sem = op->sem;
-    if (sem == NULL)
-        return RT_READY; /* finished before */
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt_waker old = rt__waker_noop();
@@ -214,17 +232,18 @@ RT_EXPORT rt_poll rt_semaphore_acquire_poll(rt_semaphore_acquire *op, rt_context
         op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&sem->lock);
     rt__waker_drop(&old);
-    if (r == RT_READY)
-        op->sem = NULL;
-    else
+    if (r == RT_PENDING) {
         rt__coop_refund(); /* only completed operations spend budget */
-    return r;
+        return r;
+    }
+    op->sem = NULL;
+    op->held = sem;
+    return rt_future_finish(f, 0);
 }
 
-RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
+static void sem_acquire_vdrop(rt_future *f)
 {
-    if (op == NULL)
-        return;
+    rt_semaphore_acquire *op = (rt_semaphore_acquire *)f;
     rt_semaphore *sem = op->sem;
     if (sem == NULL)
         return;
@@ -250,22 +269,17 @@ RT_EXPORT void rt_semaphore_acquire_drop(rt_semaphore_acquire *op)
     rt__waker_drop(&old);
 }
 
-static rt_poll sem_blocking_poll(void *arg, rt_context *cx)
-{
-    return rt_semaphore_acquire_poll(arg, cx);
-}
-
 RT_EXPORT int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns)
 {
     rt_semaphore_acquire op;
     int err = rt_semaphore_acquire_init(&op, sem, n);
     if (err < 0)
         return err;
-    err = rt__block_on_poll(sem_blocking_poll, &op, timeout_ns);
+    err = rt__block_on_future(&op.future, timeout_ns);
     /* On a timeout (or an error) the wait is abandoned; permits granted in
      * the meantime go back. */
-    rt_semaphore_acquire_drop(&op);
-    return err;
+    RT_DROP(&op);
+    return err < 0 ? err : (int)op.result;
 }
 
 /* ---- Mutex -----------------------------------------------------------------*/
@@ -327,24 +341,46 @@ RT_EXPORT void rt_mutex_unlock(rt_mutex *m)
     rt_semaphore_release(&m->sem, 1);
 }
 
+/* A lock is an acquisition of the one permit; the outer header mirrors the
+ * inner one's outcome. */
+static rt_poll mutex_lock_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_mutex_lock *op = (rt_mutex_lock *)f;
+    if (sem_acquire_vpoll(&op->acquire.future, cx) == RT_PENDING)
+        return RT_PENDING;
+    op->held = (rt_mutex *)op->acquire.held;
+    op->acquire.held = NULL;
+    return rt_future_finish(f, 0);
+}
+
+static void mutex_lock_vdrop(rt_future *f)
+{
+    RT_DROP(&((rt_mutex_lock *)f)->acquire);
+}
+
+static const rt_future_vtable mutex_lock_vtable = {mutex_lock_vpoll, mutex_lock_vdrop};
+
+static void mutex_guard_release(rt_guard *g)
+{
+    rt_mutex_lock *op = (rt_mutex_lock *)((char *)g - offsetof(rt_mutex_lock, guard));
+    rt_mutex *m = op->held;
+    op->held = NULL;
+    rt_mutex_unlock(m);
+}
+
 RT_EXPORT int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m)
 {
-    if (op == NULL || m == NULL)
+    if (op == NULL)
         return -EINVAL;
-    return rt_semaphore_acquire_init(&op->acquire, &m->sem, 1);
-}
-
-RT_EXPORT rt_poll rt_mutex_lock_poll(rt_mutex_lock *op, rt_context *cx)
-{
-    if (rt__unlikely(op == NULL))
-        return RT_READY; /* as rt_semaphore_acquire_poll */
-    return rt_semaphore_acquire_poll(&op->acquire, cx);
-}
-
-RT_EXPORT void rt_mutex_lock_drop(rt_mutex_lock *op)
-{
-    if (op != NULL)
-        rt_semaphore_acquire_drop(&op->acquire);
+    int err = rt_semaphore_acquire_init(&op->acquire, m == NULL ? NULL : &m->sem, 1);
+    op->future.vtable = &mutex_lock_vtable;
+    op->result = 0;
+    op->guard.next = NULL;
+    op->guard.release = mutex_guard_release;
+    op->held = NULL;
+    if (err < 0)
+        rt_future_finish(&op->future, err);
+    return err;
 }
 
 RT_EXPORT int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns)
@@ -456,11 +492,21 @@ RT_EXPORT void rt_notify_all(rt_notify *n)
     rt__wake_list_wake(&wakes);
 }
 
+static rt_poll notified_vpoll(rt_future *f, rt_context *cx);
+static void notified_vdrop(rt_future *f);
+static const rt_future_vtable notified_vtable = {notified_vpoll, notified_vdrop};
+
 RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
 {
-    if (op == NULL || n == NULL)
+    if (op == NULL)
         return -EINVAL;
     memset(op, 0, sizeof(*op));
+    op->future.vtable = &notified_vtable;
+    op->node.waker = rt__waker_noop();
+    if (n == NULL) {
+        rt_future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     op->notify = n;
     /* Acquire pairs with rt_notify_all's release: a notify_all that
      * happened before this init is not counted against us. */
@@ -471,14 +517,10 @@ RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
     return 0;
 }
 
-RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
+static rt_poll notified_vpoll(rt_future *f, rt_context *cx)
 {
-    /* As rt_semaphore_acquire_poll. */
-    if (rt__unlikely(op == NULL || cx == NULL))
-        return op == NULL ? RT_READY : RT_PENDING;
+    rt_notified *op = (rt_notified *)f;
     rt_notify *n = op->notify;
-    if (n == NULL)
-        return RT_READY;
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt_waker old = rt__waker_noop();
@@ -511,17 +553,17 @@ RT_EXPORT rt_poll rt_notified_poll(rt_notified *op, rt_context *cx)
         op->node.state = RT__WAIT_DONE;
     rt__waitq_unlock(&n->lock);
     rt__waker_drop(&old);
-    if (r == RT_READY)
-        op->notify = NULL;
-    else
+    if (r == RT_PENDING) {
         rt__coop_refund();
-    return r;
+        return r;
+    }
+    op->notify = NULL;
+    return rt_future_finish(f, 0);
 }
 
-RT_EXPORT void rt_notified_drop(rt_notified *op)
+static void notified_vdrop(rt_future *f)
 {
-    if (op == NULL)
-        return;
+    rt_notified *op = (rt_notified *)f;
     rt_notify *n = op->notify;
     if (n == NULL)
         return;

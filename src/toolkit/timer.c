@@ -1,6 +1,6 @@
 /* Timers: the object a sleep hands to the reactor (timer_internal.h has its
- * state diagram and reference rules), and the public sleep, timeout and
- * interval futures built on it. */
+ * state diagram and reference rules), and the sleep and interval operations
+ * built on it. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -42,15 +42,25 @@ static rt__timer *timer_new(rt__reactor *r, int64_t deadline_ns, rt_context *cx)
     return t;
 }
 
+static rt_poll sleep_vpoll(rt_future *f, rt_context *cx);
+static void sleep_vdrop(rt_future *f);
+static const rt_future_vtable sleep_vtable = {sleep_vpoll, sleep_vdrop};
+
 RT_EXPORT int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns)
 {
     if (rt == NULL)
         rt = rt_current();
-    if (s == NULL || rt == NULL)
+    if (s == NULL)
         return -EINVAL;
     s->rt = rt;
     s->deadline_ns = deadline_ns;
     s->timer = NULL;
+    s->future.vtable = &sleep_vtable;
+    s->result = 0;
+    if (rt == NULL) {
+        rt_future_finish(&s->future, -EINVAL);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -61,15 +71,11 @@ RT_EXPORT int rt_sleep_init(rt_sleep *s, rt_runtime *rt, int64_t duration_ns)
     return rt_sleep_until_init(s, rt, deadline);
 }
 
-RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
+/* One poll of the sleep's timer: RT_READY with *err 0 once the deadline has
+ * passed, or with a timer error; the timer is still held either way. */
+static rt_poll sleep_poll_timer(rt_sleep *s, rt_context *cx, int *err)
 {
-    if (err != NULL)
-        *err = 0;
-    if (rt__unlikely(s == NULL || cx == NULL)) {
-        if (err != NULL)
-            *err = -EINVAL;
-        return RT_READY;
-    }
+    *err = 0;
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt__timer *t = s->timer;
@@ -90,8 +96,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
             e = -ESHUTDOWN;
         }
         if (e < 0) {
-            if (err != NULL)
-                *err = e;
+            *err = e;
             return RT_READY;
         }
         s->timer = t;
@@ -115,8 +120,7 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
      * the flag) or it will take the waker we store. */
     if (rt__load_acquire_u32(&r->stopping)) {
         rt__timer_unlock(t, phase);
-        if (err != NULL)
-            *err = -ESHUTDOWN;
+        *err = -ESHUTDOWN;
         return RT_READY;
     }
     rt_waker old = rt__waker_store(&t->waker, rt_context_waker(cx));
@@ -126,10 +130,9 @@ RT_EXPORT rt_poll rt_sleep_poll(rt_sleep *s, rt_context *cx, int *err)
     return RT_PENDING;
 }
 
-RT_EXPORT void rt_sleep_drop(rt_sleep *s)
+/* Gives back the sleep's timer, cancelling it if it has not fired. */
+static void sleep_release(rt_sleep *s)
 {
-    if (s == NULL)
-        return;
     rt__timer *t = s->timer;
     if (t == NULL)
         return;
@@ -155,81 +158,64 @@ RT_EXPORT void rt_sleep_drop(rt_sleep *s)
     rt__timer_unref(t, 1); /* the future's */
 }
 
-/* ---- Timeout ------------------------------------------------------------------ */
-
-RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, int64_t duration_ns)
+static rt_poll sleep_vpoll(rt_future *f, rt_context *cx)
 {
-    return t == NULL ? -EINVAL : rt_sleep_init(&t->sleep, rt, duration_ns);
+    rt_sleep *s = (rt_sleep *)f;
+    int err;
+    if (sleep_poll_timer(s, cx, &err) == RT_PENDING)
+        return RT_PENDING;
+    sleep_release(s);
+    return rt_future_finish(f, err);
 }
 
-RT_EXPORT rt_poll rt_timeout_poll(rt_timeout *t, rt_context *cx, rt_poll_fn inner,
-                                  void *inner_state, void **out, int *status)
+static void sleep_vdrop(rt_future *f)
 {
-    if (rt__unlikely(t == NULL || cx == NULL || inner == NULL)) {
-        if (status != NULL)
-            *status = -EINVAL; /* the inner future was not polled */
-        return RT_READY;
-    }
-    void *value = NULL;
-    if (inner(inner_state, cx, &value) == RT_READY) {
-        if (out != NULL)
-            *out = value;
-        if (status != NULL)
-            *status = 0;
-        return RT_READY;
-    }
-    int err = 0;
-    if (rt_sleep_poll(&t->sleep, cx, &err) == RT_READY) {
-        if (status != NULL)
-            *status = err < 0 ? err : -ETIMEDOUT;
-        return RT_READY;
-    }
-    return RT_PENDING;
-}
-
-RT_EXPORT void rt_timeout_drop(rt_timeout *t)
-{
-    if (t != NULL)
-        rt_sleep_drop(&t->sleep);
+    sleep_release((rt_sleep *)f);
 }
 
 /* ---- Interval ----------------------------------------------------------------- */
 
-RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns)
+/* The interval never finishes: each tick reports RT_READY, gives back the
+ * timer that fired and prepares the next one, which the next poll arms. */
+static rt_poll interval_vpoll(rt_future *f, rt_context *cx)
 {
-    if (iv == NULL || period_ns <= 0)
-        return -EINVAL;
-    iv->period_ns = period_ns;
-    return rt_sleep_init(&iv->sleep, rt, period_ns);
-}
-
-RT_EXPORT rt_poll rt_interval_poll(rt_interval *iv, rt_context *cx, int *err)
-{
-    if (rt__unlikely(iv == NULL || cx == NULL)) {
-        if (err != NULL)
-            *err = -EINVAL;
-        return RT_READY;
-    }
-    int e = 0;
-    if (rt_sleep_poll(&iv->sleep, cx, &e) == RT_PENDING)
+    rt_interval *iv = (rt_interval *)f;
+    int err;
+    if (sleep_poll_timer(&iv->sleep, cx, &err) == RT_PENDING)
         return RT_PENDING;
-    if (err != NULL)
-        *err = e;
-    if (e < 0)
-        return RT_READY;
-    /* The tick happened: arm the next one, skipping the ticks already missed. */
-    int64_t next = iv->sleep.deadline_ns + iv->period_ns;
-    int64_t now = rt_now_ns();
-    if (next <= now)
-        next += ((now - next) / iv->period_ns + 1) * iv->period_ns;
+    iv->result = err;
+    int64_t next = iv->sleep.deadline_ns;
+    if (err == 0) {
+        /* The tick happened: the next one skips the ticks already missed. */
+        next += iv->period_ns;
+        int64_t now = rt_now_ns();
+        if (next <= now)
+            next += ((now - next) / iv->period_ns + 1) * iv->period_ns;
+    }
     rt_runtime *rt = iv->sleep.rt;
-    rt_sleep_drop(&iv->sleep);
+    sleep_release(&iv->sleep);
     rt_sleep_until_init(&iv->sleep, rt, next);
     return RT_READY;
 }
 
-RT_EXPORT void rt_interval_drop(rt_interval *iv)
+static void interval_vdrop(rt_future *f)
 {
-    if (iv != NULL)
-        rt_sleep_drop(&iv->sleep);
+    sleep_release(&((rt_interval *)f)->sleep);
+}
+
+static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop};
+
+RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns)
+{
+    if (iv == NULL)
+        return -EINVAL;
+    int err = period_ns <= 0 ? -EINVAL : rt_sleep_init(&iv->sleep, rt, period_ns);
+    iv->period_ns = period_ns;
+    iv->future.vtable = &interval_vtable;
+    iv->result = 0;
+    if (err < 0) {
+        iv->sleep.timer = NULL;
+        rt_future_finish(&iv->future, err);
+    }
+    return err;
 }

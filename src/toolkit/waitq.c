@@ -19,3 +19,13 @@ int rt__block_on_poll(rt_poll (*poll)(void *arg, rt_context *cx), void *arg, int
     rt__thread_waker_release(tw);
     return status;
 }
+
+static rt_poll future_poll(void *arg, rt_context *cx)
+{
+    return rt_future_poll(arg, cx);
+}
+
+int rt__block_on_future(rt_future *f, int64_t timeout_ns)
+{
+    return rt__block_on_poll(future_poll, f, timeout_ns);
+}

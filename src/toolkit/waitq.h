@@ -109,4 +109,9 @@ static inline void rt__wake_list_wake(rt__wake_list *l)
  * On -ETIMEDOUT the caller drops its operation. */
 int rt__block_on_poll(rt_poll (*poll)(void *arg, rt_context *cx), void *arg, int64_t timeout_ns);
 
+/* rt__block_on_poll for an operation: 0 once it finished (its outcome in
+ * f->result), or an error of the wait itself as above (the caller then
+ * drops it). */
+int rt__block_on_future(rt_future *f, int64_t timeout_ns);
+
 #endif

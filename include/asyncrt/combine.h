@@ -1,0 +1,117 @@
+/* asyncrt: combinators over any operation.
+ *
+ * A timeout, a select and a join_all are operations themselves (see
+ * future.h), so they nest: a timeout around a select of a read and a
+ * channel receive is
+ *
+ *     rt_io_read_init(&s->rd, io, s->buf, sizeof s->buf);
+ *     rt_chan_recv_init(&s->rx, ch);
+ *     rt_select_init(&s->sel, RT_FUTURES(&s->rd.future, &s->rx.future));
+ *     rt_timeout_init(&s->limit, NULL, &s->sel.future, RT_SEC(30));
+ *     RT_AWAIT(&s->co, cx, &s->limit);
+ *     // s->limit.result: -ETIMEDOUT, or what the select reported;
+ *     // s->sel.index: which of the two finished (when one did).
+ *
+ * A combinator does not own the memory of its operations (they live next
+ * to it, in the task's state); it polls them with its own context and drops
+ * them when it is dropped or no longer needs them, so dropping the outermost
+ * one (rt_coro_cleanup does it for a coroutine) releases the whole tree.
+ * Every operation it is given must have been initialised (a zeroed one
+ * finishes at once with -EINVAL).
+ * Abort safety is that of the operations inside: what a dropped receive,
+ * send or lock leaves behind is said in their headers (a receive that did
+ * not complete keeps its message in the channel, a send its value, a lock
+ * not granted is not held). */
+#ifndef ASYNCRT_COMBINE_H
+#define ASYNCRT_COMBINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "future.h"
+#include "runtime.h"
+#include "timer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most operations one select or join_all takes (nest them for more). */
+#define RT_COMBINE_MAX 16
+
+/* Expands to "array, count" for the init functions below:
+ * rt_select_init(&op, RT_FUTURES(&a.future, &b.future)). */
+#define RT_FUTURES(...)                                                                            \
+    (rt_future *const[]){__VA_ARGS__},                                                             \
+        sizeof((rt_future *const[]){__VA_ARGS__}) / sizeof(rt_future *)
+
+/* ---- Timeout and deadline --------------------------------------------------*/
+
+/* An operation with a time limit. Its result is the inner operation's when
+ * that finished first, or -ETIMEDOUT when the time ran out first (the inner
+ * one is then dropped: its result is -ECANCELED), or a timer error
+ * (-ENOMEM, -ESHUTDOWN; the inner one is dropped too). */
+typedef struct rt_timeout {
+    RT_FUTURE_HEADER;
+    rt_future *inner; /* the operation limited, not owned */
+    rt_sleep sleep;   /* the limit */
+} rt_timeout;
+
+/* Limits `inner` to `duration_ns` from now (rt: NULL means rt_current()).
+ * Errors: -EINVAL (t or inner NULL, no runtime). Any thread. */
+int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t duration_ns);
+
+/* Limits `inner` to an absolute deadline on rt_now_ns()'s clock. Errors as
+ * rt_timeout_init. */
+int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns);
+
+/* ---- Select ----------------------------------------------------------------*/
+
+/* The first of several operations to finish. Each poll polls them in the
+ * order given (the first one is favoured when several are ready at once);
+ * the first to finish wins: `index` says which, `result` is its result, and
+ * every other one is dropped at once (each then reports -ECANCELED in its
+ * own result, except a channel send a receiver had already taken, which
+ * reports 0: check it when that matters). Dropping an unfinished select
+ * drops them all. */
+typedef struct rt_select {
+    RT_FUTURE_HEADER;
+    rt_future *arms[RT_COMBINE_MAX]; /* the operations, not owned */
+    size_t count;                    /* how many */
+    size_t index;                    /* the winner; count until then */
+} rt_select;
+
+/* Prepares a select over futures[0..count) (1 <= count <= RT_COMBINE_MAX;
+ * the array is copied, the operations are not). Errors: -EINVAL (op NULL,
+ * futures NULL, count out of range, a NULL entry). Any thread. */
+int rt_select_init(rt_select *op, rt_future *const *futures, size_t count);
+
+/* ---- Join all --------------------------------------------------------------*/
+
+/* Every one of several operations, polled together until all have finished.
+ * Result: 0 when each finished with a result >= 0, else the first negative
+ * result seen (in the order they finished), with `failed` its index. With
+ * RT_JOIN_CANCEL_ON_ERROR, that first error drops the unfinished ones at
+ * once and the join_all finishes. Each operation's own outcome stays in its
+ * own result. Dropping an unfinished join_all drops those not finished. */
+typedef struct rt_join_all {
+    RT_FUTURE_HEADER;
+    rt_future *arms[RT_COMBINE_MAX]; /* the operations, not owned */
+    size_t count;                    /* how many */
+    size_t failed;                   /* the first that failed; count if none */
+    uint32_t done;                   /* bit i: arms[i] finished */
+    unsigned flags;                  /* RT_JOIN_* */
+} rt_join_all;
+
+/* rt_join_all_init flag: the first error cancels the rest. */
+#define RT_JOIN_CANCEL_ON_ERROR 1u
+
+/* Prepares a join over futures[0..count) (1 <= count <= RT_COMBINE_MAX; the
+ * array is copied). Errors: -EINVAL (op NULL, futures NULL, count out of
+ * range, a NULL entry, unknown flags). Any thread. */
+int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count, unsigned flags);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,176 @@
+/* Combinators over any operation: a time limit, the first of several, all of
+ * several. Each polls its children with its own context, so one waker (the
+ * task's) is stored wherever a child waits, and a wake of any child polls
+ * the combinator again. Children are never owned, only polled and dropped. */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <asyncrt/combine.h>
+
+#include "common.h"
+
+/* rt_join_all.done has a bit for each operation. */
+_Static_assert(RT_COMBINE_MAX < 32, "RT_COMBINE_MAX must fit rt_join_all.done");
+
+/* ---- Timeout and deadline ----------------------------------------------------- */
+
+/* The inner operation first, so one that is ready wins over a deadline that
+ * passed in the same instant: its work is done and must not be lost. */
+static rt_poll timeout_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_timeout *t = (rt_timeout *)f;
+    if (rt_future_poll(t->inner, cx) == RT_READY) {
+        RT_DROP(&t->sleep);
+        return rt_future_finish(f, t->inner->result);
+    }
+    if (RT_POLL(&t->sleep, cx) == RT_PENDING)
+        return RT_PENDING;
+    int64_t err = t->sleep.result < 0 ? t->sleep.result : -ETIMEDOUT;
+    rt_future_drop(t->inner);
+    return rt_future_finish(f, err);
+}
+
+static void timeout_vdrop(rt_future *f)
+{
+    rt_timeout *t = (rt_timeout *)f;
+    rt_future_drop(t->inner);
+    RT_DROP(&t->sleep);
+}
+
+static const rt_future_vtable timeout_vtable = {timeout_vpoll, timeout_vdrop};
+
+RT_EXPORT int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns)
+{
+    if (t == NULL)
+        return -EINVAL;
+    memset(t, 0, sizeof(*t));
+    t->future.vtable = &timeout_vtable;
+    t->inner = inner;
+    int err = inner == NULL ? -EINVAL : rt_sleep_until_init(&t->sleep, rt, deadline_ns);
+    if (err < 0)
+        rt_future_finish(&t->future, err);
+    return err;
+}
+
+RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t duration_ns)
+{
+    if (t == NULL)
+        return -EINVAL;
+    memset(t, 0, sizeof(*t));
+    t->future.vtable = &timeout_vtable;
+    t->inner = inner;
+    int err = inner == NULL ? -EINVAL : rt_sleep_init(&t->sleep, rt, duration_ns);
+    if (err < 0)
+        rt_future_finish(&t->future, err);
+    return err;
+}
+
+/* ---- Select ------------------------------------------------------------------- */
+
+/* Copies the array after checking it; shared by select and join_all. */
+static int arms_copy(rt_future **arms, size_t *count, rt_future *const *futures, size_t n)
+{
+    if (futures == NULL || n == 0 || n > RT_COMBINE_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (futures[i] == NULL)
+            return -EINVAL;
+        arms[i] = futures[i];
+    }
+    *count = n;
+    return 0;
+}
+
+static rt_poll select_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_select *op = (rt_select *)f;
+    for (size_t i = 0; i < op->count; i++) {
+        if (rt_future_poll(op->arms[i], cx) != RT_READY)
+            continue;
+        op->index = i;
+        for (size_t j = 0; j < op->count; j++)
+            if (j != i)
+                rt_future_drop(op->arms[j]);
+        return rt_future_finish(f, op->arms[i]->result);
+    }
+    return RT_PENDING;
+}
+
+static void select_vdrop(rt_future *f)
+{
+    rt_select *op = (rt_select *)f;
+    for (size_t i = 0; i < op->count; i++)
+        rt_future_drop(op->arms[i]);
+}
+
+static const rt_future_vtable select_vtable = {select_vpoll, select_vdrop};
+
+RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t count)
+{
+    if (op == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->future.vtable = &select_vtable;
+    int err = arms_copy(op->arms, &op->count, futures, count);
+    op->index = op->count;
+    if (err < 0)
+        rt_future_finish(&op->future, err);
+    return err;
+}
+
+/* ---- Join all ----------------------------------------------------------------- */
+
+static void join_all_drop_rest(rt_join_all *op)
+{
+    for (size_t i = 0; i < op->count; i++)
+        if (!(op->done & (1u << i)))
+            rt_future_drop(op->arms[i]);
+}
+
+static rt_poll join_all_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_join_all *op = (rt_join_all *)f;
+    for (size_t i = 0; i < op->count; i++) {
+        if (op->done & (1u << i))
+            continue;
+        if (rt_future_poll(op->arms[i], cx) != RT_READY)
+            continue;
+        op->done |= 1u << i;
+        if (op->arms[i]->result < 0 && op->failed == op->count) {
+            op->failed = i;
+            op->result = op->arms[i]->result;
+            if (op->flags & RT_JOIN_CANCEL_ON_ERROR) {
+                join_all_drop_rest(op);
+                return rt_future_finish(f, op->result);
+            }
+        }
+    }
+    if (op->done != (1u << op->count) - 1)
+        return RT_PENDING;
+    return rt_future_finish(f, op->result);
+}
+
+static void join_all_vdrop(rt_future *f)
+{
+    join_all_drop_rest((rt_join_all *)f);
+}
+
+static const rt_future_vtable join_all_vtable = {join_all_vpoll, join_all_vdrop};
+
+RT_EXPORT int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count,
+                               unsigned flags)
+{
+    if (op == NULL)
+        return -EINVAL;
+    memset(op, 0, sizeof(*op));
+    op->future.vtable = &join_all_vtable;
+    int err = (flags & ~RT_JOIN_CANCEL_ON_ERROR) != 0
+                  ? -EINVAL
+                  : arms_copy(op->arms, &op->count, futures, count);
+    op->flags = flags;
+    op->failed = op->count;
+    if (err < 0)
+        rt_future_finish(&op->future, err);
+    return err;
+}
