@@ -53,6 +53,7 @@ var (
 	flagChainD   = flag.Int("chain-depth", 100000, "chained_spawn: chain length")
 	flagFibN     = flag.Int("fib", 27, "fork_join: fib(n)")
 	flagTimerN   = flag.Int("timers-n", 100000, "timers: tasks")
+	flagSelectT  = flag.Int("select-tasks", 1000, "select: tasks, in pairs (pp-rounds round trips each)")
 )
 
 type kv struct {
@@ -241,6 +242,67 @@ func benchPingPong() {
 			d := time.Since(start)
 			if bad != 0 {
 				fmt.Fprintln(os.Stderr, "ping_pong: token mismatch")
+				os.Exit(1)
+			}
+			return d
+		})
+	}, nil)
+}
+
+// ---- select ---------------------------------------------------------------------
+
+// recvOrSleep is one receive of the select workload: the channel, or a one
+// second timer that never fires (stopped once the value came, as a deadline
+// in a Go server is).
+func recvOrSleep(ch chan int) int {
+	t := time.NewTimer(time.Second)
+	select {
+	case v := <-ch:
+		t.Stop()
+		return v
+	case <-t.C:
+		fmt.Fprintln(os.Stderr, "select: the 1 s timer fired")
+		os.Exit(1)
+		return 0
+	}
+}
+
+// T tasks in T/2 pairs pass a token as in ping_pong, but every receive is a
+// select over the channel and a timer. One op: one select.
+func benchSelect() {
+	pairs, rounds := *flagSelectT/2, *flagPPRounds
+	measure("select", int64(pairs)*2*int64(rounds), func() time.Duration {
+		return onRuntime(func() time.Duration {
+			counter := int64(pairs)
+			done := make(chan struct{})
+			var bad int64
+			start := time.Now()
+			for p := 0; p < pairs; p++ {
+				a := make(chan int, 1)
+				b := make(chan int, 1)
+				go func() { // ponger
+					for r := 0; r < rounds; r++ {
+						b <- recvOrSleep(a) + 1
+					}
+				}()
+				go func() { // pinger
+					tok := 0
+					for r := 0; r < rounds; r++ {
+						a <- tok
+						tok = recvOrSleep(b)
+					}
+					if tok != rounds {
+						atomic.AddInt64(&bad, 1)
+					}
+					if atomic.AddInt64(&counter, -1) == 0 {
+						close(done)
+					}
+				}()
+			}
+			<-done
+			d := time.Since(start)
+			if bad != 0 {
+				fmt.Fprintln(os.Stderr, "select: token mismatch")
 				os.Exit(1)
 			}
 			return d
@@ -469,6 +531,7 @@ func main() {
 		{"chained_spawn", benchChainedSpawn},
 		{"fork_join", benchForkJoin},
 		{"timers", benchTimers},
+		{"select", benchSelect},
 	}
 	want := map[string]bool{}
 	if *flagOnly != "" {

@@ -33,6 +33,7 @@ const WORKLOADS: &[&str] = &[
     "chained_spawn",
     "fork_join",
     "timers",
+    "select",
 ];
 
 /// Workload parameters; the defaults are asyncrt-bench's.
@@ -46,6 +47,7 @@ struct Params {
     chain_depth: usize, // chained_spawn: D
     fib_n: u32,         // fork_join: fib(n)
     timers_n: usize,    // timers: N
+    select_tasks: usize, // select: T (T/2 pairs, R round trips each)
 }
 
 impl Default for Params {
@@ -59,6 +61,7 @@ impl Default for Params {
             chain_depth: 100_000,
             fib_n: 27,
             timers_n: 100_000,
+            select_tasks: 1_000,
         }
     }
 }
@@ -261,6 +264,50 @@ fn ping_pong(rt: &Runtime, p: &Params) -> Sample {
     })
 }
 
+/// One receive of the select workload: the channel or a 1 s sleep, which never
+/// fires (biased: the channel is polled first, as asyncrt's rt_select does).
+async fn recv_or_sleep(rx: &mut mpsc::Receiver<u64>) -> u64 {
+    tokio::select! {
+        biased;
+        v = rx.recv() => v.expect("peer gone"),
+        _ = tokio::time::sleep(Duration::from_secs(1)) => panic!("select: the 1 s sleep fired"),
+    }
+}
+
+/// select: T tasks in T/2 pairs pass a token back and forth R round trips, as
+/// in ping_pong, but every receive is a select over the channel and a sleep.
+fn select(rt: &Runtime, p: &Params) -> Sample {
+    let (pairs, rounds) = (p.select_tasks / 2, p.rounds);
+    on_worker(rt, async move {
+        let latch = Latch::new(2 * pairs);
+        let start = Instant::now();
+        for _ in 0..pairs {
+            let (tx_ab, mut rx_ab) = mpsc::channel::<u64>(1);
+            let (tx_ba, mut rx_ba) = mpsc::channel::<u64>(1);
+            let la = latch.clone();
+            let lb = latch.clone();
+            tokio::spawn(async move {
+                let mut token = 0u64;
+                for _ in 0..rounds {
+                    tx_ab.send(token).await.expect("ponger gone");
+                    token = recv_or_sleep(&mut rx_ba).await;
+                }
+                assert_eq!(token, rounds as u64);
+                la.count_down();
+            });
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let token = recv_or_sleep(&mut rx_ab).await;
+                    tx_ba.send(token + 1).await.expect("pinger gone");
+                }
+                lb.count_down();
+            });
+        }
+        latch.wait().await;
+        Sample::plain(start.elapsed())
+    })
+}
+
 /// chained_spawn: spawns the task that is `remaining` steps from the end of the
 /// chain; it spawns its successor and completes; the last one signals.
 fn chain_link(remaining: usize, latch: Arc<Latch>) {
@@ -382,6 +429,7 @@ fn ops_of(name: &str, p: &Params) -> u64 {
         "chained_spawn" => p.chain_depth as u64,
         "fork_join" => 2 * fib_seq(p.fib_n + 1) - 1,
         "timers" => p.timers_n as u64,
+        "select" => (p.select_tasks / 2 * 2 * p.rounds) as u64,
         _ => unreachable!(),
     }
 }
@@ -395,6 +443,7 @@ fn run_one(rt: &Runtime, name: &str, p: &Params) -> Sample {
         "chained_spawn" => chained_spawn(rt, p),
         "fork_join" => fork_join(rt, p),
         "timers" => timers(rt, p),
+        "select" => select(rt, p),
         _ => unreachable!(),
     }
 }
@@ -538,9 +587,10 @@ const USAGE: &str = "\
 usage: tokio-peer-bench [--workers W] [--reps R] [--only NAME] [--json FILE] [--verbose]
                         [--spawn-n N] [--yield-tasks T] [--yield-count Y] [--pairs P]
                         [--rounds R] [--chain-depth D] [--fib N] [--timers-n N]
+                        [--select-tasks T]
        tokio-peer-bench --echo-server PORT [--workers W]
            (PORT 0: any free port; prints `listening 127.0.0.1:PORT workers=W`)
-workloads: spawn_local spawn_remote yield_many ping_pong chained_spawn fork_join timers
+workloads: spawn_local spawn_remote yield_many ping_pong chained_spawn fork_join timers select
            (tcp_echo: `bench/peers/run tokio --only tcp_echo` starts --echo-server
             and drives it with the load generator of bench/echo_client.c)";
 
@@ -585,6 +635,7 @@ fn parse_args() -> Options {
             "--chain-depth" => o.params.chain_depth = parse_num(&flag, &val()),
             "--fib" => o.params.fib_n = parse_num(&flag, &val()),
             "--timers-n" => o.params.timers_n = parse_num(&flag, &val()),
+            "--select-tasks" => o.params.select_tasks = parse_num(&flag, &val()),
             "--help" | "-h" => {
                 println!("{USAGE}");
                 exit(0)
