@@ -108,7 +108,7 @@ void rt_coro_release(rt_coro *co, rt_guard *g);
         (co)->awaiting = (fut);                                                                    \
         /* fallthrough */                                                                          \
     case __LINE__:                                                                                 \
-        if (rt_future_poll((co)->awaiting, (cx)) != RT_READY)                                      \
+        if (rt__future_poll_inline((co)->awaiting, (cx)) != RT_READY)                              \
             return RT_PENDING;                                                                     \
         (co)->awaiting = NULL;                                                                     \
     } while (0)

@@ -158,9 +158,18 @@ bool rt_future_is_done(const rt_future *f);
  * not be NULL. */
 rt_poll rt_future_finish(rt_future *f, int64_t result);
 
+/* rt_future_poll with its common case inline (an initialised operation and a
+ * context: straight to the vtable), for RT_POLL and the coroutine macros. */
+static inline rt_poll rt__future_poll_inline(rt_future *f, rt_context *cx)
+{
+    if (f != NULL && f->vtable != NULL && cx != NULL)
+        return f->vtable->poll(f, cx);
+    return rt_future_poll(f, cx);
+}
+
 /* Polls or drops any operation struct (anything that begins with
  * RT_FUTURE_HEADER): RT_POLL(&s->read, cx), RT_DROP(&s->read). */
-#define RT_POLL(op, cx) rt_future_poll(&(op)->future, (cx))
+#define RT_POLL(op, cx) rt__future_poll_inline(&(op)->future, (cx))
 #define RT_DROP(op) rt_future_drop(&(op)->future)
 
 /* Builds a context around a borrowed waker (for polling futures by hand, for

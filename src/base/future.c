@@ -6,6 +6,7 @@
 #include <asyncrt/future.h>
 
 #include "common.h"
+#include "operation.h"
 
 /* A finished (or dropped) operation reports its stored result forever and
  * has nothing left to release. Swapping the vtable is what makes a second
@@ -17,7 +18,7 @@ static rt_poll finished_poll(rt_future *f, rt_context *cx)
     return RT_READY;
 }
 
-static const rt_future_vtable finished_vtable = {finished_poll, NULL};
+const rt_future_vtable rt__finished_vtable = {finished_poll, NULL};
 
 RT_EXPORT rt_poll rt_future_poll(rt_future *f, rt_context *cx)
 {
@@ -32,13 +33,13 @@ RT_EXPORT rt_poll rt_future_poll(rt_future *f, rt_context *cx)
 
 RT_EXPORT void rt_future_drop(rt_future *f)
 {
-    if (f == NULL || f->vtable == NULL || f->vtable == &finished_vtable)
+    if (f == NULL || f->vtable == NULL || f->vtable == &rt__finished_vtable)
         return;
     const rt_future_vtable *vtable = f->vtable;
     /* Finished before the drop runs, so a drop that reaches this operation
      * again (a combinator dropping a child that the user drops too) stops
      * above. */
-    f->vtable = &finished_vtable;
+    f->vtable = &rt__finished_vtable;
     f->result = -ECANCELED;
     if (vtable->drop != NULL)
         vtable->drop(f);
@@ -46,12 +47,10 @@ RT_EXPORT void rt_future_drop(rt_future *f)
 
 RT_EXPORT bool rt_future_is_done(const rt_future *f)
 {
-    return f != NULL && f->vtable == &finished_vtable;
+    return f != NULL && f->vtable == &rt__finished_vtable;
 }
 
 RT_EXPORT rt_poll rt_future_finish(rt_future *f, int64_t result)
 {
-    f->vtable = &finished_vtable;
-    f->result = result;
-    return RT_READY;
+    return rt__future_finish(f, result);
 }

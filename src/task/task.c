@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "operation.h"
 #include "fault.h"
 #include "atomic.h"
 #include "budget.h"
@@ -259,7 +260,7 @@ static rt_poll join_vpoll(rt_future *f, rt_context *cx)
     if (task_join_poll(op->task, cx, &op->value, &status) == RT_PENDING)
         return RT_PENDING;
     op->task = NULL;
-    return rt_future_finish(f, status);
+    return rt__future_finish(f, status);
 }
 
 /* A join given up detaches: the task runs on, its result is discarded. */
@@ -285,7 +286,7 @@ RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
     op->task = task;
     op->value = NULL;
     if (task == NULL) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;

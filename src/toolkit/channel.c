@@ -29,6 +29,7 @@
 #include <asyncrt/channel.h>
 #include <asyncrt/task.h>
 
+#include "operation.h"
 #include "fault.h"
 #include "common.h"
 #include "budget.h"
@@ -132,7 +133,7 @@ RT_EXPORT int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o)
     op->o = o;
     op->value = NULL;
     if (o == NULL) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;
@@ -171,7 +172,7 @@ static rt_poll oneshot_recv_vpoll(rt_future *f, rt_context *cx)
     }
     op->o = NULL;
     op->value = v;
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 static void oneshot_recv_vdrop(rt_future *f)
@@ -690,7 +691,7 @@ static int chan_recv_prepare(rt_chan_recv *op, rt_chan *ch, void *dst, bool vali
     op->node.state = RT__WAIT_IDLE;
     if (!valid) {
         op->ch = NULL;
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;
@@ -785,7 +786,7 @@ static rt_poll chan_recv_vpoll(rt_future *f, rt_context *cx)
         return RT_PENDING;
     }
     op->ch = NULL;
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 static void chan_recv_vdrop(rt_future *f)
@@ -833,15 +834,18 @@ static const rt_future_vtable chan_send_vtable = {chan_send_vpoll, chan_send_vdr
 static int chan_send_prepare(rt_chan_send *op, rt_chan *ch, void *value, const void *src,
                              bool valid)
 {
-    memset(op, 0, sizeof(*op));
+    /* Field by field, as a receive: a send is prepared on every round trip. */
     op->future.vtable = &chan_send_vtable;
+    op->result = 0;
     op->ch = valid ? ch : NULL;
     op->value = value;
     op->src = src;
+    op->node.prev = op->node.next = NULL;
     op->node.waker = rt__waker_noop();
+    op->node.want = 0;
     op->node.state = RT__WAIT_IDLE;
     if (!valid) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;
@@ -909,7 +913,7 @@ static rt_poll chan_send_vpoll(rt_future *f, rt_context *cx)
         return RT_PENDING;
     }
     op->ch = NULL;
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 /* Abandons a send; returns true when its value had been accepted into the

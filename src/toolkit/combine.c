@@ -8,6 +8,7 @@
 
 #include <asyncrt/combine.h>
 
+#include "operation.h"
 #include "common.h"
 
 /* rt_join_all.done has a bit for each operation. */
@@ -20,15 +21,15 @@ _Static_assert(RT_COMBINE_MAX < 32, "RT_COMBINE_MAX must fit rt_join_all.done");
 static rt_poll timeout_vpoll(rt_future *f, rt_context *cx)
 {
     rt_timeout *t = (rt_timeout *)f;
-    if (rt_future_poll(t->inner, cx) == RT_READY) {
+    if (rt__future_poll_inline(t->inner, cx) == RT_READY) {
         RT_DROP(&t->sleep);
-        return rt_future_finish(f, t->inner->result);
+        return rt__future_finish(f, t->inner->result);
     }
     if (RT_POLL(&t->sleep, cx) == RT_PENDING)
         return RT_PENDING;
     int64_t err = t->sleep.result < 0 ? t->sleep.result : -ETIMEDOUT;
     rt_future_drop(t->inner);
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 static void timeout_vdrop(rt_future *f)
@@ -49,7 +50,7 @@ RT_EXPORT int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, 
     t->inner = inner;
     int err = inner == NULL ? -EINVAL : rt_sleep_until_init(&t->sleep, rt, deadline_ns);
     if (err < 0)
-        rt_future_finish(&t->future, err);
+        rt__future_finish(&t->future, err);
     return err;
 }
 
@@ -62,7 +63,7 @@ RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, i
     t->inner = inner;
     int err = inner == NULL ? -EINVAL : rt_sleep_init(&t->sleep, rt, duration_ns);
     if (err < 0)
-        rt_future_finish(&t->future, err);
+        rt__future_finish(&t->future, err);
     return err;
 }
 
@@ -86,13 +87,13 @@ static rt_poll select_vpoll(rt_future *f, rt_context *cx)
 {
     rt_select *op = (rt_select *)f;
     for (size_t i = 0; i < op->count; i++) {
-        if (rt_future_poll(op->arms[i], cx) != RT_READY)
+        if (rt__future_poll_inline(op->arms[i], cx) != RT_READY)
             continue;
         op->index = i;
         for (size_t j = 0; j < op->count; j++)
             if (j != i)
                 rt_future_drop(op->arms[j]);
-        return rt_future_finish(f, op->arms[i]->result);
+        return rt__future_finish(f, op->arms[i]->result);
     }
     return RT_PENDING;
 }
@@ -115,7 +116,7 @@ RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t co
     int err = arms_copy(op->arms, &op->count, futures, count);
     op->index = op->count;
     if (err < 0)
-        rt_future_finish(&op->future, err);
+        rt__future_finish(&op->future, err);
     return err;
 }
 
@@ -134,7 +135,7 @@ static rt_poll join_all_vpoll(rt_future *f, rt_context *cx)
     for (size_t i = 0; i < op->count; i++) {
         if (op->done & (1u << i))
             continue;
-        if (rt_future_poll(op->arms[i], cx) != RT_READY)
+        if (rt__future_poll_inline(op->arms[i], cx) != RT_READY)
             continue;
         op->done |= 1u << i;
         if (op->arms[i]->result < 0 && op->failed == op->count) {
@@ -142,13 +143,13 @@ static rt_poll join_all_vpoll(rt_future *f, rt_context *cx)
             op->result = op->arms[i]->result;
             if (op->flags & RT_JOIN_CANCEL_ON_ERROR) {
                 join_all_drop_rest(op);
-                return rt_future_finish(f, op->result);
+                return rt__future_finish(f, op->result);
             }
         }
     }
     if (op->done != (1u << op->count) - 1)
         return RT_PENDING;
-    return rt_future_finish(f, op->result);
+    return rt__future_finish(f, op->result);
 }
 
 static void join_all_vdrop(rt_future *f)
@@ -171,6 +172,6 @@ RT_EXPORT int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_
     op->flags = flags;
     op->failed = op->count;
     if (err < 0)
-        rt_future_finish(&op->future, err);
+        rt__future_finish(&op->future, err);
     return err;
 }

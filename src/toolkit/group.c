@@ -24,6 +24,7 @@
 
 #include <asyncrt/group.h>
 
+#include "operation.h"
 #include "fault.h"
 #include "atomic.h"
 #include "common.h"
@@ -357,7 +358,7 @@ static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
     rt_group_next *op = (rt_group_next *)f;
     rt_group *g = op->group;
     if (g->discard)
-        return rt_future_finish(f, -EINVAL); /* a discarding group keeps no result */
+        return rt__future_finish(f, -EINVAL); /* a discarding group keeps no result */
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt_waker old = rt__waker_noop();
@@ -376,11 +377,11 @@ static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
         op->child.status = r->status;
         free(r);
         op->group = NULL;
-        return rt_future_finish(f, 0);
+        return rt__future_finish(f, 0);
     }
     if (empty) {
         op->group = NULL;
-        return rt_future_finish(f, -ECHILD);
+        return rt__future_finish(f, -ECHILD);
     }
     rt__coop_refund(); /* only completed operations spend budget */
     return RT_PENDING;
@@ -398,7 +399,7 @@ RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g)
     op->future.vtable = &group_next_vtable;
     op->group = g;
     if (g == NULL) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;
@@ -437,7 +438,7 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
         if (!all_done)
             return RT_PENDING;
         op->group = NULL;
-        return rt_future_finish(f, 0);
+        return rt__future_finish(f, 0);
     }
 }
 
@@ -452,7 +453,7 @@ static int wait_init(rt_group_wait *op, rt_group *g, int closing)
     op->group = g;
     op->closing = closing;
     if (g == NULL) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     return 0;

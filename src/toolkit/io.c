@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "operation.h"
 #include "fault.h"
 #include "atomic.h"
 #include "budget.h"
@@ -275,7 +276,7 @@ static rt_poll io_ready_vpoll(rt_future *f, rt_context *cx)
     rt_io_ready *op = (rt_io_ready *)f;
     if (io_ready_exact(op->io, op->writable ? RT__IO_WRITE : RT__IO_READ, cx) == RT_PENDING)
         return RT_PENDING;
-    return rt_future_finish(f, 0);
+    return rt__future_finish(f, 0);
 }
 
 /* The I/O operations hold nothing while they wait but the waker stored in
@@ -365,7 +366,7 @@ static rt_poll io_read_vpoll(rt_future *f, rt_context *cx)
     ssize_t n;
     if (io_read(op->io, cx, op->buf, op->len, &n) == RT_PENDING)
         return RT_PENDING;
-    return rt_future_finish(f, n);
+    return rt__future_finish(f, n);
 }
 
 static const rt_future_vtable io_read_vtable = {io_read_vpoll, NULL};
@@ -386,7 +387,7 @@ static rt_poll io_write_vpoll(rt_future *f, rt_context *cx)
     ssize_t n;
     if (io_write(op->io, cx, op->buf, op->len, &n) == RT_PENDING)
         return RT_PENDING;
-    return rt_future_finish(f, n);
+    return rt__future_finish(f, n);
 }
 
 static const rt_future_vtable io_write_vtable = {io_write_vpoll, NULL};
@@ -410,10 +411,10 @@ static rt_poll io_write_all_vpoll(rt_future *f, rt_context *cx)
                      &n) == RT_PENDING)
             return RT_PENDING;
         if (n < 0)
-            return rt_future_finish(f, n);
+            return rt__future_finish(f, n);
         op->progress += (size_t)n;
     }
-    return rt_future_finish(f, (int64_t)op->len);
+    return rt__future_finish(f, (int64_t)op->len);
 }
 
 static const rt_future_vtable io_write_all_vtable = {io_write_all_vpoll, NULL};

@@ -13,6 +13,7 @@
 #include <asyncrt/io.h>
 
 #include "common.h"
+#include "operation.h"
 #include "readiness.h"
 
 /* RT_READY (with the tick seen) when direction `dir` is ready, or, with
@@ -47,7 +48,7 @@ static inline int rt__io_op_init(rt_future *f, const rt_future_vtable *vtable, b
     f->vtable = vtable;
     f->result = 0;
     if (!valid) {
-        rt_future_finish(f, -EINVAL);
+        rt__future_finish(f, -EINVAL);
         return -EINVAL;
     }
     return 0;

@@ -11,6 +11,7 @@
 
 #include <asyncrt/net.h>
 
+#include "operation.h"
 #include "fault.h"
 #include "io_internal.h"
 #include "runtime.h"
@@ -157,7 +158,7 @@ static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
     int err;
     if (accept_once((rt_tcp_accept *)f, cx, &err) == RT_PENDING)
         return RT_PENDING;
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 /* Nothing is held while waiting but the listener's stored waker. */
@@ -183,7 +184,7 @@ static rt_poll connect_done(rt_tcp_connect *op, int e)
     else
         rt_io_close(op->io);
     op->io = NULL;
-    return rt_future_finish(&op->future, e);
+    return rt__future_finish(&op->future, e);
 }
 
 /* Opens the socket and starts the handshake: RT_READY when that already
@@ -193,16 +194,16 @@ static rt_poll connect_start(rt_tcp_connect *op)
     const struct sockaddr *addr = (const struct sockaddr *)&op->addr;
     int fd = open_socket(addr, SOCK_STREAM, 0);
     if (fd < 0)
-        return rt_future_finish(&op->future, fd);
+        return rt__future_finish(&op->future, fd);
     int rc = connect(fd, addr, op->addr_len);
     int e = rc < 0 ? errno : 0;
     if (rc < 0 && e != EINPROGRESS && e != EINTR) {
         close(fd);
-        return rt_future_finish(&op->future, -e);
+        return rt__future_finish(&op->future, -e);
     }
     int aerr = adopt_or_close(op->rt, fd, is_tcp(addr->sa_family, SOCK_STREAM), &op->io);
     if (aerr < 0)
-        return rt_future_finish(&op->future, aerr);
+        return rt__future_finish(&op->future, aerr);
     if (rc == 0)
         return connect_done(op, 0);
     /* A connecting socket is writable once its handshake ends: wait for that
@@ -322,7 +323,7 @@ static rt_poll udp_send_vpoll(rt_future *f, rt_context *cx)
         ssize_t n = sendto(op->io->fd, op->buf, op->len, MSG_NOSIGNAL, addr, op->addr_len);
         if (n < 0 && rt__io_retry_after_error(op->io, RT__IO_WRITE, tick, &n))
             continue;
-        return rt_future_finish(f, n);
+        return rt__future_finish(f, n);
     }
 }
 
@@ -359,7 +360,7 @@ static rt_poll udp_recv_vpoll(rt_future *f, rt_context *cx)
             op->from_len = sl;
         else if (rt__io_retry_after_error(op->io, RT__IO_READ, tick, &n))
             continue;
-        return rt_future_finish(f, n);
+        return rt__future_finish(f, n);
     }
 }
 

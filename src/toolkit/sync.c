@@ -13,6 +13,7 @@
 #include <asyncrt/sync.h>
 #include <asyncrt/task.h>
 
+#include "operation.h"
 #include "atomic.h"
 #include "common.h"
 #include "fault.h"
@@ -188,7 +189,7 @@ RT_EXPORT int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *
     op->guard.release = sem_guard_release;
     op->node.waker = rt__waker_noop();
     if (sem == NULL || n == 0 || n > RT_SEMAPHORE_MAX) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     op->sem = sem;
@@ -238,7 +239,7 @@ static rt_poll sem_acquire_vpoll(rt_future *f, rt_context *cx)
     }
     op->sem = NULL;
     op->held = sem;
-    return rt_future_finish(f, 0);
+    return rt__future_finish(f, 0);
 }
 
 static void sem_acquire_vdrop(rt_future *f)
@@ -350,7 +351,7 @@ static rt_poll mutex_lock_vpoll(rt_future *f, rt_context *cx)
         return RT_PENDING;
     op->held = (rt_mutex *)op->acquire.held;
     op->acquire.held = NULL;
-    return rt_future_finish(f, 0);
+    return rt__future_finish(f, 0);
 }
 
 static void mutex_lock_vdrop(rt_future *f)
@@ -379,7 +380,7 @@ RT_EXPORT int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m)
     op->guard.release = mutex_guard_release;
     op->held = NULL;
     if (err < 0)
-        rt_future_finish(&op->future, err);
+        rt__future_finish(&op->future, err);
     return err;
 }
 
@@ -504,7 +505,7 @@ RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
     op->future.vtable = &notified_vtable;
     op->node.waker = rt__waker_noop();
     if (n == NULL) {
-        rt_future_finish(&op->future, -EINVAL);
+        rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
     op->notify = n;
@@ -558,7 +559,7 @@ static rt_poll notified_vpoll(rt_future *f, rt_context *cx)
         return r;
     }
     op->notify = NULL;
-    return rt_future_finish(f, 0);
+    return rt__future_finish(f, 0);
 }
 
 static void notified_vdrop(rt_future *f)

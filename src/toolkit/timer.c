@@ -8,6 +8,7 @@
 
 #include <asyncrt/timer.h>
 
+#include "operation.h"
 #include "atomic.h"
 #include "budget.h"
 #include "current.h"
@@ -58,7 +59,7 @@ RT_EXPORT int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_
     s->future.vtable = &sleep_vtable;
     s->result = 0;
     if (rt == NULL) {
-        rt_future_finish(&s->future, -EINVAL);
+        rt__future_finish(&s->future, -EINVAL);
         return -EINVAL;
     }
     return 0;
@@ -165,7 +166,7 @@ static rt_poll sleep_vpoll(rt_future *f, rt_context *cx)
     if (sleep_poll_timer(s, cx, &err) == RT_PENDING)
         return RT_PENDING;
     sleep_release(s);
-    return rt_future_finish(f, err);
+    return rt__future_finish(f, err);
 }
 
 static void sleep_vdrop(rt_future *f)
@@ -215,7 +216,7 @@ RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_n
     iv->result = 0;
     if (err < 0) {
         iv->sleep.timer = NULL;
-        rt_future_finish(&iv->future, err);
+        rt__future_finish(&iv->future, err);
     }
     return err;
 }
