@@ -299,3 +299,24 @@ Test(channel_sized, a_dropped_receive_leaves_the_destination_alone)
     rt_chan_receiver_drop(ch, NULL, NULL);
     finish_runtime(rt, 0);
 }
+
+static void *disposed_pointer;
+
+static void keep_disposed(void *value, void *arg)
+{
+    (void)arg;
+    memcpy(&disposed_pointer, value, sizeof disposed_pointer);
+}
+
+Test(channel_sized, an_eight_byte_sized_channel_is_not_a_channel_of_pointers)
+{
+    rt_chan *ch;
+    cr_assert_eq(rt_chan_new_sized(2, sizeof(uint64_t), &ch), 0);
+    cr_assert_eq(rt_chan_try_send(ch, NULL), -EINVAL, "the void * forms are rt_chan_new's");
+    uint64_t v = 0x1122334455667788u;
+    cr_assert_eq(rt_chan_try_send_copy(ch, &v), 0);
+    rt_chan_sender_drop(ch);
+    /* dispose gets a pointer to the 8 bytes, as for any sized channel. */
+    rt_chan_receiver_drop(ch, keep_disposed, NULL);
+    cr_assert_eq((uintptr_t)disposed_pointer, (uintptr_t)0x1122334455667788u);
+}

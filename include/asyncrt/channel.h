@@ -107,13 +107,13 @@ int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 
 typedef struct rt_chan rt_chan;
 
-/* Creates a channel buffering up to `capacity` `void *` values (>= 1): the
- * channel of rt_chan_new_sized(capacity, sizeof(void *)). The plain forms
- * below (rt_chan_send_init, rt_chan_try_send, rt_chan_send_blocking,
- * rt_chan_recv_init and its `value`, rt_chan_try_recv,
- * rt_chan_recv_blocking) carry `void *` values, on any channel whose values
- * have the size of a pointer ("a channel of `void *`" below); on another
- * they fail with -EINVAL. The caller holds one sender reference and one
+/* Creates a channel buffering up to `capacity` `void *` values (>= 1). The
+ * plain forms below (rt_chan_send_init, rt_chan_try_send,
+ * rt_chan_send_blocking, rt_chan_recv_init and its `value`,
+ * rt_chan_try_recv, rt_chan_recv_blocking) carry `void *` values, on a
+ * channel made here ("a channel of `void *`" below); on one made by
+ * rt_chan_new_sized they fail with -EINVAL (whatever its value size), and
+ * the _copy / _into forms work on both. The caller holds one sender reference and one
  * receiver reference. Both sides are
  * counted: rt_chan_sender_clone and rt_chan_receiver_clone add one,
  * rt_chan_sender_drop and rt_chan_receiver_drop give one back. The channel
@@ -167,7 +167,7 @@ size_t rt_chan_capacity(const rt_chan *ch);
 
 /* Sends without waiting: 0 (buffered), -EAGAIN (full, or senders already
  * wait: a try never overtakes them), -EPIPE (closed), -EINVAL (ch NULL, or
- * not a channel of `void *` values). */
+ * not a channel of `void *`). */
 int rt_chan_try_send(rt_chan *ch, void *value);
 
 /* rt_chan_try_send of the value_size bytes at src, copied in (any channel).
@@ -178,8 +178,8 @@ int rt_chan_try_send_copy(rt_chan *ch, const void *src);
  * buffered value is promised to a waiting receive that was woken for it: a
  * try never overtakes them), -EPIPE (empty and every sender is gone, or
  * closed and drained), -EINVAL (ch NULL). value may be NULL (a value taken
- * is then not handed back). -EINVAL also for a channel whose values are
- * not `void *`. */
+ * is then not handed back). -EINVAL also for a channel that is not
+ * a channel of `void *`. */
 int rt_chan_try_recv(rt_chan *ch, void **value);
 
 /* rt_chan_try_recv that copies the value's value_size bytes to dst (any
@@ -203,8 +203,7 @@ typedef struct rt_chan_recv {
 
 /* Prepares to receive a `void *` value from ch into `value` (the caller
  * holds a receiver reference for as long as the operation lives). Errors:
- * -EINVAL (op or ch NULL, or a channel whose values are not
- * of pointer size). */
+ * -EINVAL (op or ch NULL, or not a channel of `void *`). */
 int rt_chan_recv_init(rt_chan_recv *op, rt_chan *ch);
 
 /* Prepares to receive a value of any channel, its value_size bytes copied to
@@ -240,8 +239,7 @@ typedef struct rt_chan_send {
 
 /* Prepares to send the `void *` value on ch (the caller holds a sender
  * reference for as long as the operation lives). Errors: -EINVAL (op or ch
- * NULL, or a channel whose values are not
- * of pointer size). */
+ * NULL, or not a channel of `void *`). */
 int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
 
 /* Prepares to send the value_size bytes at src on any channel, copied in

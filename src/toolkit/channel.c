@@ -275,6 +275,7 @@ struct rt_chan {
     rt_waitnode *tx_head; /* oldest waiting send (only while full) */
     rt_waitnode *tx_tail; /* newest waiting send */
     size_t value_size;    /* bytes per value; sizeof(void *) for rt_chan_new */
+    bool pointers;        /* made by rt_chan_new: its values are `void *` */
     /* The ring of values, value_size bytes each, aligned for a pointer. */
     _Alignas(max_align_t) unsigned char buf[];
 };
@@ -305,7 +306,10 @@ RT_EXPORT int rt_chan_new_sized(size_t capacity, size_t value_size, rt_chan **ou
 
 RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
 {
-    return rt_chan_new_sized(capacity, sizeof(void *), out);
+    int err = rt_chan_new_sized(capacity, sizeof(void *), out);
+    if (err == 0)
+        (*out)->pointers = true;
+    return err;
 }
 
 RT_EXPORT size_t rt_chan_value_size(const rt_chan *ch)
@@ -313,10 +317,10 @@ RT_EXPORT size_t rt_chan_value_size(const rt_chan *ch)
     return ch != NULL ? ch->value_size : 0;
 }
 
-/* The plain forms carry `void *` values: a channel of pointer-size ones. */
+/* The plain forms carry `void *` values: a channel made by rt_chan_new. */
 static inline bool chan_holds_pointers(const rt_chan *ch)
 {
-    return ch->value_size == sizeof(void *);
+    return ch->pointers;
 }
 
 /* Copies one value; a pointer-size one (the common case) without a call. */
