@@ -585,3 +585,95 @@ Test(combine, a_coroutine_runs_its_whole_journey)
     world_check_and_close(POINTS, ours, false);
     finish_runtime(rt, 0);
 }
+
+/* ---- edges ------------------------------------------------------------------- */
+
+Test(combine, a_finished_operation_keeps_its_result_when_polled_without_context)
+{
+    rt_runtime *rt = new_runtime(1);
+    static rt_sleep nap;
+    static rt_join_all all;
+    rt_sleep_init(&nap, rt, 1 * MS);
+    rt_join_all_init(&all, RT_FUTURES(&nap.future), 0);
+    rt_context cx = noop_context();
+    cr_assert_eq(RT_POLL(&all, NULL), RT_READY, "no context: -EINVAL, nothing done");
+    cr_assert_eq(all.result, -EINVAL);
+    cr_assert(!rt_future_is_done(&all.future));
+    run_to_end(rt, &all.future);
+    cr_assert_eq(all.result, 0, "the earlier -EINVAL is not the join's outcome");
+    cr_assert_eq(all.failed, 1);
+    cr_assert_eq(RT_POLL(&all, NULL), RT_READY);
+    cr_assert_eq(all.result, 0, "a finished operation keeps its result");
+    cr_assert_eq(RT_POLL(&all, &cx), RT_READY);
+    cr_assert_eq(all.result, 0);
+    finish_runtime(rt, 0);
+}
+
+Test(combine, an_interval_in_a_select_keeps_ticking_when_it_loses_or_is_given_twice)
+{
+    rt_runtime *rt = new_runtime(1);
+    static rt_interval tick;
+    static rt_sleep soon;
+    static rt_select sel;
+    cr_assert_eq(rt_interval_init(&tick, rt, 20 * MS), 0);
+    rt_sleep_init(&soon, rt, 1 * MS);
+    rt_select_init(&sel, RT_FUTURES(&tick.future, &soon.future));
+    run_to_end(rt, &sel.future);
+    cr_assert_eq(sel.index, 1, "the sleep comes first");
+    cr_assert_eq(tick.result, -ECANCELED, "the tick's wait was dropped...");
+    cr_assert(!rt_future_is_done(&tick.future), "...but the interval goes on");
+    rt_select_init(&sel, RT_FUTURES(&tick.future, &tick.future));
+    run_to_end(rt, &sel.future);
+    cr_assert_eq(sel.index, 0);
+    cr_assert_eq(sel.result, 0, "the winner given twice is not dropped as a loser");
+    cr_assert(!rt_future_is_done(&tick.future));
+    run_to_end(rt, &tick.future); /* and the next tick comes */
+    cr_assert_eq(tick.result, 0);
+    RT_DROP(&tick);
+    finish_runtime(rt, 0);
+}
+
+Test(combine, a_failed_init_drops_the_operations_it_was_given)
+{
+    rt_runtime *rt = new_runtime(1);
+    rt_task *t;
+    cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &t), 0);
+    rt_task_join join;
+    rt_task_join_init(&join, t);
+    rt_timeout limit;
+    /* This thread has no current runtime: the timeout cannot be made, and
+     * the join it was given is dropped, which releases the handle. */
+    cr_assert_eq(rt_timeout_init(&limit, NULL, &join.future, SEC), -EINVAL);
+    cr_assert(rt_future_is_done(&join.future));
+    cr_assert_eq(join.result, -ECANCELED);
+    cr_assert_null(join.task);
+    rt_chan *ch;
+    cr_assert_eq(rt_chan_new(1, &ch), 0);
+    rt_chan_recv rx;
+    rt_chan_recv_init(&rx, ch);
+    rt_select sel;
+    rt_future *arms[RT_COMBINE_MAX + 1];
+    for (size_t i = 0; i < RT_COMBINE_MAX + 1; i++)
+        arms[i] = &rx.future;
+    cr_assert_eq(rt_select_init(&sel, arms, RT_COMBINE_MAX + 1), -EINVAL);
+    cr_assert_eq(rx.result, -ECANCELED);
+    rt_chan_sender_drop(ch);
+    rt_chan_receiver_drop(ch, NULL, NULL);
+    finish_runtime(rt, 1); /* the detached never-ending task */
+}
+
+Test(combine, a_timeout_around_a_join_set_to_abort_cancels_the_task)
+{
+    rt_runtime *rt = new_runtime(2);
+    rt_task *t;
+    cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &t), 0);
+    static rt_task_join join;
+    static rt_timeout limit;
+    rt_task_join_init(&join, t);
+    join.abort_on_drop = true;
+    rt_timeout_init(&limit, rt, &join.future, 5 * MS);
+    run_to_end(rt, &limit.future);
+    cr_assert_eq(limit.result, -ETIMEDOUT);
+    cr_assert(event_wait_for(&dropped, 1), "the joined task was aborted");
+    finish_runtime(rt, 0); /* nothing left for shutdown to cancel */
+}

@@ -535,8 +535,13 @@ Test(null, combine)
     STALE(&t);
     cr_assert_eq(rt_deadline_init(&t, NULL, &inner.future, 0), -EINVAL);
     check_refused(&t.future, -EINVAL, "rt_deadline_init(t, NULL, inner)");
-    cr_assert_eq(inner.polls + inner.drops, 0, "a refused timeout touched its inner operation");
+    /* A refused timeout drops the operation it was given (nothing else
+     * would), without polling it. */
+    cr_assert_eq(inner.polls, 0, "a refused timeout polled its inner operation");
+    cr_assert_eq(inner.drops, 1, "a refused timeout left its inner operation undropped");
+    cr_assert(rt_future_is_done(&inner.future));
     CHECK_ZEROED(rt_timeout);
+    probe_op_init(&inner, false, 0);
 
     /* A timeout polled without context neither polls nor drops the inner
      * operation and arms nothing; then it works as usual. */
@@ -585,6 +590,11 @@ Test(null, combine)
     cr_assert_eq(rt_select_init(&sel, many, RT_COMBINE_MAX + 1), -EINVAL);
     check_refused(&sel.future, -EINVAL, "rt_select_init of too many");
     CHECK_ZEROED(rt_select);
+    cr_assert_eq(a.polls + b.polls, 0, "a refused select polled its operations");
+    cr_assert_eq(a.drops, 1, "a refused select left its operations undropped");
+    cr_assert_eq(b.drops, 1);
+    probe_op_init(&a, false, 0);
+    probe_op_init(&b, false, 0);
     cr_assert_eq(rt_select_init(&sel, RT_FUTURES(&a.future, &b.future)), 0);
     check_no_context(&sel.future, "rt_select");
     cr_assert_eq(a.polls + b.polls, 0, "a refused select polled its operations");
@@ -614,6 +624,11 @@ Test(null, combine)
     cr_assert_eq(rt_join_all_init(&ja, RT_FUTURES(&a.future, &b.future), 0x80u), -EINVAL);
     check_refused(&ja.future, -EINVAL, "rt_join_all_init with unknown flags");
     CHECK_ZEROED(rt_join_all);
+    cr_assert_eq(a.polls + b.polls, 0, "a refused join_all polled its operations");
+    cr_assert_eq(a.drops, 1, "a refused join_all left its operations undropped");
+    cr_assert_eq(b.drops, 1);
+    probe_op_init(&a, false, 0);
+    probe_op_init(&b, false, 0);
     cr_assert_eq(rt_join_all_init(&ja, RT_FUTURES(&a.future, &b.future), 0), 0);
     check_no_context(&ja.future, "rt_join_all");
     cr_assert_eq(a.polls + b.polls, 0, "a refused join_all polled its operations");

@@ -58,7 +58,10 @@ typedef struct rt_timeout {
 } rt_timeout;
 
 /* Limits `inner` to `duration_ns` from now (rt: NULL means rt_current()).
- * Errors: -EINVAL (t or inner NULL, no runtime). Any thread. */
+ * Errors: -EINVAL (t or inner NULL, no runtime); the inner operation is then
+ * dropped, since nothing else would drop it. Around a join, a time limit
+ * that runs out detaches the task unless the join was set to abort it
+ * (rt_task_join.abort_on_drop). Any thread. */
 int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t duration_ns);
 
 /* Limits `inner` to an absolute deadline on rt_now_ns()'s clock. Errors as
@@ -83,7 +86,8 @@ typedef struct rt_select {
 
 /* Prepares a select over futures[0..count) (1 <= count <= RT_COMBINE_MAX;
  * the array is copied, the operations are not). Errors: -EINVAL (op NULL,
- * futures NULL, count out of range, a NULL entry). Any thread. */
+ * futures NULL, count out of range, a NULL entry); the operations given
+ * (the first RT_COMBINE_MAX entries) are then dropped. Any thread. */
 int rt_select_init(rt_select *op, rt_future *const *futures, size_t count);
 
 /* ---- Join all --------------------------------------------------------------*/
@@ -108,7 +112,8 @@ typedef struct rt_join_all {
 
 /* Prepares a join over futures[0..count) (1 <= count <= RT_COMBINE_MAX; the
  * array is copied). Errors: -EINVAL (op NULL, futures NULL, count out of
- * range, a NULL entry, unknown flags). Any thread. */
+ * range, a NULL entry, unknown flags); the operations given (the first
+ * RT_COMBINE_MAX entries) are then dropped. Any thread. */
 int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count, unsigned flags);
 
 #ifdef __cplusplus

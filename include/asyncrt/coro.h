@@ -37,7 +37,9 @@
  * - Do not put an RT_AWAIT or RT_YIELD inside a nested `switch`, and use each
  *   at most once per source line (the line number is the resume point).
  * - Initialise the operation before its RT_AWAIT (the resume jumps into the
- *   await, past the init).
+ *   await, past the init), and give RT_AWAIT the poll's own context: with
+ *   cx NULL the await ends at once (result -EINVAL) and forgets the
+ *   operation, which is then the drop function's to drop.
  * - Zero-initialise the rt_coro (it is, when the whole state is zeroed).
  * - `co` (every macro) and `out` (RT_RETURN, RT_CORO_END) are dereferenced:
  *   they must not be NULL (the `out` a poll function receives never is).

@@ -142,7 +142,8 @@ struct rt_future {
 /* Polls an operation. f NULL: RT_READY. A zeroed operation: RT_READY with
  * result -EINVAL. cx NULL: RT_READY with result -EINVAL and nothing else
  * done: the operation is not finished (poll it again with a context, or
- * drop it as usual). Otherwise as described above. */
+ * drop it as usual); a finished one keeps its result. Otherwise as
+ * described above. */
 rt_poll rt_future_poll(rt_future *f, rt_context *cx);
 
 /* Drops an operation: see above. NULL is a no-op. */

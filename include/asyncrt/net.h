@@ -120,7 +120,8 @@ typedef struct rt_udp_send_to {
 
 /* Prepares a send of buf[0..len) to addr (copied; NULL: to the peer set by
  * rt_udp_connect, addr_len then ignored). Errors: -EINVAL (op or io NULL,
- * buf NULL with len > 0, addr_len larger than a sockaddr_storage). */
+ * buf NULL with len > 0, addr not NULL with addr_len 0 or larger than a
+ * sockaddr_storage). */
 int rt_udp_send_to_init(rt_udp_send_to *op, rt_io *io, const void *buf, size_t len,
                         const struct sockaddr *addr, socklen_t addr_len);
 

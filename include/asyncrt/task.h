@@ -53,12 +53,18 @@ int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state
  * `value`, or with -ECANCELED (`value` NULL) when the task was aborted or
  * the runtime shut down before it finished; either way the handle is
  * released and the task's drop function has run. Dropped unfinished, it
- * detaches the handle: the task keeps running and its result is discarded.
+ * detaches the handle: the task keeps running and its result is discarded
+ * (or, with abort_on_drop, it is aborted first).
  * Any thread, with any waker (user wakers too). */
 typedef struct rt_task_join {
     RT_FUTURE_HEADER;
     rt_task *task; /* the handle owned; NULL once finished or dropped */
     void *value;   /* the task's result */
+    /* Set after the init to make a drop of the unfinished join abort the
+     * task (rt_task_abort) before detaching it, so that a time limit or a
+     * select around the join cancels the task instead of leaving it to run
+     * (Tokio's AbortOnDropHandle). false after the init. */
+    bool abort_on_drop;
 } rt_task_join;
 
 /* Prepares to join `task`, taking over its handle (also on error, unless

@@ -58,7 +58,9 @@ int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns);
  * poll waits for the next tick. When the poller falls behind by more than a
  * period, the missed ticks are skipped (the next one is the first future
  * multiple), so a slow consumer does not get a burst. Between ticks it holds
- * nothing; dropped (RT_DROP) while it waits for one, it cancels the timer. */
+ * nothing. Dropped (RT_DROP) while it waits for a tick, it cancels that wait
+ * (result -ECANCELED) and stays usable: the next poll waits for the same
+ * tick, so an interval that loses a select every round keeps its phase. */
 typedef struct rt_interval {
     RT_FUTURE_HEADER;
     rt_sleep sleep;    /* the next tick */

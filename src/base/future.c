@@ -25,7 +25,8 @@ RT_EXPORT rt_poll rt_future_poll(rt_future *f, rt_context *cx)
     if (rt__unlikely(f == NULL))
         return RT_READY;
     if (rt__unlikely(f->vtable == NULL || cx == NULL)) {
-        f->result = -EINVAL;
+        if (f->vtable != &rt__finished_vtable) /* a finished one keeps its result */
+            f->result = -EINVAL;
         return RT_READY;
     }
     return f->vtable->poll(f, cx);

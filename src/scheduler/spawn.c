@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "operation.h"
 #include "blocking.h"
 #include "runtime.h"
 #include "spawn.h"
@@ -253,4 +254,48 @@ RT_EXPORT void rt_task_abort(rt_task *task)
             rt__blocking_pool_abort(task->rt->blocking, task);
         break;
     }
+}
+
+/* ---- The join operation ------------------------------------------------- */
+
+static rt_poll join_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_task_join *op = (rt_task_join *)f;
+    int status;
+    if (rt__task_join_poll(op->task, cx, &op->value, &status) == RT_PENDING)
+        return RT_PENDING;
+    op->task = NULL;
+    return rt__future_finish(f, status);
+}
+
+/* A join given up detaches (the task runs on, its result is discarded), or
+ * first aborts the task when asked to. */
+static void join_vdrop(rt_future *f)
+{
+    rt_task_join *op = (rt_task_join *)f;
+    rt_task *task = op->task;
+    op->task = NULL;
+    if (op->abort_on_drop)
+        rt_task_abort(task);
+    rt_task_detach(task);
+}
+
+static const rt_future_vtable join_vtable = {join_vpoll, join_vdrop};
+
+RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
+{
+    if (op == NULL) {
+        rt_task_detach(task); /* not leaked, as the header says */
+        return -EINVAL;
+    }
+    op->future.vtable = &join_vtable;
+    op->result = 0;
+    op->task = task;
+    op->value = NULL;
+    op->abort_on_drop = false;
+    if (task == NULL) {
+        rt__future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
+    return 0;
 }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "operation.h"
 #include "fault.h"
 #include "atomic.h"
 #include "budget.h"
@@ -233,9 +232,7 @@ static void task_read_result(rt_task *t, uint64_t s, void **value, int *status)
         *status = cancelled ? -ECANCELED : 0;
 }
 
-/* One join attempt: RT_READY with the handle released and the outcome
- * read, or RT_PENDING with the waker stored and the handle kept. */
-static rt_poll task_join_poll(rt_task *task, rt_context *cx, void **value, int *status)
+rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *status)
 {
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
@@ -253,45 +250,6 @@ static rt_poll task_join_poll(rt_task *task, rt_context *cx, void **value, int *
     return RT_READY;
 }
 
-static rt_poll join_vpoll(rt_future *f, rt_context *cx)
-{
-    rt_task_join *op = (rt_task_join *)f;
-    int status;
-    if (task_join_poll(op->task, cx, &op->value, &status) == RT_PENDING)
-        return RT_PENDING;
-    op->task = NULL;
-    return rt__future_finish(f, status);
-}
-
-/* A join given up detaches: the task runs on, its result is discarded. */
-static void join_vdrop(rt_future *f)
-{
-    rt_task_join *op = (rt_task_join *)f;
-    rt_task *task = op->task;
-    op->task = NULL;
-    task_release_handle(task);
-}
-
-static const rt_future_vtable join_vtable = {join_vpoll, join_vdrop};
-
-RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
-{
-    if (op == NULL) {
-        if (task != NULL)
-            task_release_handle(task); /* not leaked, as the header says */
-        return -EINVAL;
-    }
-    op->future.vtable = &join_vtable;
-    op->result = 0;
-    op->task = task;
-    op->value = NULL;
-    if (task == NULL) {
-        rt__future_finish(&op->future, -EINVAL);
-        return -EINVAL;
-    }
-    return 0;
-}
-
 /* The join as the poll rt__thread_waker_block repeats. */
 struct wait_join {
     rt_task *task;
@@ -302,7 +260,7 @@ struct wait_join {
 static rt_poll wait_join_poll(void *arg, rt_context *cx)
 {
     struct wait_join *j = arg;
-    return task_join_poll(j->task, cx, j->value, &j->status);
+    return rt__task_join_poll(j->task, cx, j->value, &j->status);
 }
 
 int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value)

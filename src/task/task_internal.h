@@ -426,6 +426,12 @@ void rt__task_unref(rt_task *t, uint64_t n);
 void rt__task_cancel_at_shutdown(rt_task *t);
 /* rt_task_wait with a thread waker the caller made (and still owns), so that
  * rt_block_on can have everything it needs before it spawns. */
+/* One join attempt, the core of the join operation: RT_READY with the
+ * handle released and the outcome in *value (NULL when cancelled) and
+ * *status (0 or -ECANCELED), or RT_PENDING with cx's waker stored and the
+ * handle kept. */
+rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *status);
+
 int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
 
 /* The state transition of a wake by value (the waker's reference comes

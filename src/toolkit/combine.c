@@ -14,6 +14,17 @@
 /* rt_join_all.done has a bit for each operation. */
 _Static_assert(RT_COMBINE_MAX < 32, "RT_COMBINE_MAX must fit rt_join_all.done");
 
+/* An init that fails drops the operations it was given, as the header says:
+ * the combinator is finished at once, so nothing else would drop them. Only
+ * the first RT_COMBINE_MAX entries of the caller's array are read. */
+static void drop_given(rt_future *const *futures, size_t count)
+{
+    if (futures == NULL)
+        return;
+    for (size_t i = 0; i < count && i < RT_COMBINE_MAX; i++)
+        rt_future_drop(futures[i]);
+}
+
 /* ---- Timeout and deadline ----------------------------------------------------- */
 
 /* The inner operation first, so one that is ready wins over a deadline that
@@ -43,28 +54,26 @@ static const rt_future_vtable timeout_vtable = {timeout_vpoll, timeout_vdrop};
 
 RT_EXPORT int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns)
 {
-    if (t == NULL)
-        return -EINVAL;
-    memset(t, 0, sizeof(*t));
-    t->future.vtable = &timeout_vtable;
-    t->inner = inner;
-    int err = inner == NULL ? -EINVAL : rt_sleep_until_init(&t->sleep, rt, deadline_ns);
+    int err = -EINVAL;
+    if (t != NULL) {
+        memset(t, 0, sizeof(*t));
+        t->future.vtable = &timeout_vtable;
+        t->inner = inner;
+        if (inner != NULL)
+            err = rt_sleep_until_init(&t->sleep, rt, deadline_ns);
+        if (err < 0)
+            rt__future_finish(&t->future, err);
+    }
     if (err < 0)
-        rt__future_finish(&t->future, err);
+        rt_future_drop(inner);
     return err;
 }
 
 RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t duration_ns)
 {
-    if (t == NULL)
-        return -EINVAL;
-    memset(t, 0, sizeof(*t));
-    t->future.vtable = &timeout_vtable;
-    t->inner = inner;
-    int err = inner == NULL ? -EINVAL : rt_sleep_init(&t->sleep, rt, duration_ns);
-    if (err < 0)
-        rt__future_finish(&t->future, err);
-    return err;
+    int64_t now = rt_now_ns();
+    int64_t deadline = duration_ns > INT64_MAX - now ? INT64_MAX : now + duration_ns;
+    return rt_deadline_init(t, rt, inner, deadline);
 }
 
 /* ---- Select ------------------------------------------------------------------- */
@@ -89,11 +98,14 @@ static rt_poll select_vpoll(rt_future *f, rt_context *cx)
     for (size_t i = 0; i < op->count; i++) {
         if (rt__future_poll_inline(op->arms[i], cx) != RT_READY)
             continue;
+        /* The result first: an arm given twice is the winner, not a loser
+         * to drop, and one that stays pollable (an interval) keeps it. */
+        int64_t result = op->arms[i]->result;
         op->index = i;
         for (size_t j = 0; j < op->count; j++)
-            if (j != i)
+            if (op->arms[j] != op->arms[i])
                 rt_future_drop(op->arms[j]);
-        return rt__future_finish(f, op->arms[i]->result);
+        return rt__future_finish(f, result);
     }
     return RT_PENDING;
 }
@@ -109,14 +121,17 @@ static const rt_future_vtable select_vtable = {select_vpoll, select_vdrop};
 
 RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t count)
 {
-    if (op == NULL)
-        return -EINVAL;
-    memset(op, 0, sizeof(*op));
-    op->future.vtable = &select_vtable;
-    int err = arms_copy(op->arms, &op->count, futures, count);
-    op->index = op->count;
+    int err = -EINVAL;
+    if (op != NULL) {
+        memset(op, 0, sizeof(*op));
+        op->future.vtable = &select_vtable;
+        err = arms_copy(op->arms, &op->count, futures, count);
+        op->index = op->count;
+        if (err < 0)
+            rt__future_finish(&op->future, err);
+    }
     if (err < 0)
-        rt__future_finish(&op->future, err);
+        drop_given(futures, count);
     return err;
 }
 
@@ -140,16 +155,17 @@ static rt_poll join_all_vpoll(rt_future *f, rt_context *cx)
         op->done |= 1u << i;
         if (op->arms[i]->result < 0 && op->failed == op->count) {
             op->failed = i;
-            op->result = op->arms[i]->result;
             if (op->flags & RT_JOIN_CANCEL_ON_ERROR) {
+                int64_t err = op->arms[i]->result;
                 join_all_drop_rest(op);
-                return rt__future_finish(f, op->result);
+                return rt__future_finish(f, err);
             }
         }
     }
     if (op->done != (1u << op->count) - 1)
         return RT_PENDING;
-    return rt__future_finish(f, op->result);
+    /* The first error's result is stable: that operation has finished. */
+    return rt__future_finish(f, op->failed == op->count ? 0 : op->arms[op->failed]->result);
 }
 
 static void join_all_vdrop(rt_future *f)
@@ -162,16 +178,18 @@ static const rt_future_vtable join_all_vtable = {join_all_vpoll, join_all_vdrop}
 RT_EXPORT int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count,
                                unsigned flags)
 {
-    if (op == NULL)
-        return -EINVAL;
-    memset(op, 0, sizeof(*op));
-    op->future.vtable = &join_all_vtable;
-    int err = (flags & ~RT_JOIN_CANCEL_ON_ERROR) != 0
-                  ? -EINVAL
-                  : arms_copy(op->arms, &op->count, futures, count);
-    op->flags = flags;
-    op->failed = op->count;
+    int err = -EINVAL;
+    if (op != NULL) {
+        memset(op, 0, sizeof(*op));
+        op->future.vtable = &join_all_vtable;
+        if ((flags & ~RT_JOIN_CANCEL_ON_ERROR) == 0)
+            err = arms_copy(op->arms, &op->count, futures, count);
+        op->flags = flags;
+        op->failed = op->count;
+        if (err < 0)
+            rt__future_finish(&op->future, err);
+    }
     if (err < 0)
-        rt__future_finish(&op->future, err);
+        drop_given(futures, count);
     return err;
 }

@@ -199,12 +199,18 @@ static rt_poll interval_vpoll(rt_future *f, rt_context *cx)
     return RT_READY;
 }
 
+static void interval_vdrop(rt_future *f);
+static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop};
+
+/* Cancels the wait for the tick in progress, and leaves the interval
+ * usable: rt_future_drop marked it finished, which an interval never is, so
+ * its vtable goes back. The next poll waits for the same tick again; a
+ * select that drops an interval it did not choose keeps its phase. */
 static void interval_vdrop(rt_future *f)
 {
     sleep_release(&((rt_interval *)f)->sleep);
+    f->vtable = &interval_vtable;
 }
-
-static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop};
 
 RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns)
 {
