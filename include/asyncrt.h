@@ -14,6 +14,7 @@
 #include "asyncrt/timer.h"
 #include "asyncrt/io.h"
 #include "asyncrt/net.h"
+#include "asyncrt/bufio.h"
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"
 #include "asyncrt/group.h"
