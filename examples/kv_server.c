@@ -108,17 +108,15 @@ static rt_notify stop_all;   /* every connection and the acceptor wait on it */
 struct conn {
     rt_coro co;
     rt_io *io;
+    rt_reader *in; /* lines of input */
     int64_t idle_ns;
     rt_notified stop;                /* the server is stopping */
-    rt_io_read rd;                   /* more input */
-    rt_select input;                 /* input or stop, */
+    rt_read_until line;              /* the next line, */
+    rt_select input;                 /* or the stop, */
     rt_timeout idle;                 /* within the idle time */
     rt_mutex_lock lock;              /* the map */
     rt_io_write_all wr;              /* a reply */
-    size_t have;                     /* bytes in buf */
-    size_t used;                     /* bytes of the line being answered, newline included */
-    char *cmd, *key, *value, *extra; /* the words of the line in buf */
-    char buf[LINE_MAX_BYTES];
+    char *cmd, *key, *value, *extra; /* the words of the line */
     char reply[LINE_MAX_BYTES + 32];
     const char *goodbye; /* the last line, if the server ends the connection */
 };
@@ -127,15 +125,16 @@ static void conn_drop(void *state)
 {
     struct conn *c = state;
     rt_coro_cleanup(&c->co);
+    rt_reader_free(c->in);
     rt_io_close(c->io);
 }
 
-/* Splits the line at the start of buf into words; returns the error reply
- * for a malformed one, NULL for a good one. */
-static const char *conn_parse(struct conn *c)
+/* Splits a line into words; returns the error reply for a malformed one,
+ * NULL for a good one. */
+static const char *conn_parse(struct conn *c, char *line)
 {
     char *save = NULL;
-    c->cmd = strtok_r(c->buf, " ", &save);
+    c->cmd = strtok_r(line, " ", &save);
     c->key = strtok_r(NULL, " ", &save);
     c->value = strtok_r(NULL, " ", &save);
     c->extra = strtok_r(NULL, " ", &save);
@@ -152,35 +151,28 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
 {
     struct conn *c = state;
     RT_CORO_BEGIN(&c->co);
-    while (c->goodbye == NULL) {
-        char *nl = memchr(c->buf, '\n', c->have);
-        if (nl == NULL) { /* no whole line yet: read more, within the idle time */
-            rt_notified_init(&c->stop, &stop_all); /* before the look at `stopping` */
-            if (c->have == sizeof c->buf)
-                c->goodbye = "ERR line too long\n";
-            if (atomic_load(&stopping))
-                c->goodbye = "ERR server shutting down\n";
-            if (c->goodbye != NULL)
-                break;
-            rt_io_read_init(&c->rd, c->io, c->buf + c->have, sizeof c->buf - c->have);
-            rt_select_init(&c->input, RT_FUTURES(&c->rd.future, &c->stop.future));
-            rt_timeout_init(&c->idle, NULL, &c->input.future, c->idle_ns);
-            RT_AWAIT(&c->co, cx, &c->idle);
-            if (c->idle.result == -ETIMEDOUT)
-                c->goodbye = "ERR idle timeout\n";
-            else if (c->input.index == 1)
-                c->goodbye = "ERR server shutting down\n";
-            else if (c->rd.result <= 0)
-                break;
-            else
-                c->have += (size_t)c->rd.result;
-            continue;
+    if (rt_reader_new(c->io, LINE_MAX_BYTES, &c->in) < 0)
+        RT_RETURN(&c->co, out, NULL);
+    for (;;) {
+        rt_notified_init(&c->stop, &stop_all); /* before the look at `stopping` */
+        if (atomic_load(&stopping)) {
+            c->goodbye = "ERR server shutting down\n";
+            break;
         }
-        *nl = '\0';
-        if (nl > c->buf && nl[-1] == '\r')
-            nl[-1] = '\0';
-        c->used = (size_t)(nl - c->buf) + 1;
-        const char *bad = conn_parse(c);
+        rt_read_line_init(&c->line, c->in);
+        rt_select_init(&c->input, RT_FUTURES(&c->line.future, &c->stop.future));
+        rt_timeout_init(&c->idle, NULL, &c->input.future, c->idle_ns);
+        RT_AWAIT(&c->co, cx, &c->idle);
+        if (c->idle.result == -ETIMEDOUT)
+            c->goodbye = "ERR idle timeout\n";
+        else if (c->input.index == 1)
+            c->goodbye = "ERR server shutting down\n";
+        else if (c->line.result == -EMSGSIZE)
+            c->goodbye = "ERR line too long\n";
+        if (c->goodbye != NULL || c->line.result <= 0 || c->line.data[c->line.result - 1] != '\n')
+            break; /* a goodbye, the end of the stream, an error or a last unfinished line */
+        c->line.data[c->line.len] = '\0'; /* over the line ending */
+        const char *bad = conn_parse(c, c->line.data);
         if (bad != NULL) {
             snprintf(c->reply, sizeof c->reply, "%s", bad);
         } else {
@@ -189,9 +181,6 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
             map_apply(c->cmd, c->key, c->value, c->reply, sizeof c->reply);
             RT_RELEASE(&c->co, &c->lock);
         }
-        /* Drop the line from the buffer, then send the reply. */
-        c->have -= c->used;
-        memmove(c->buf, c->buf + c->used, c->have);
         rt_io_write_all_init(&c->wr, c->io, c->reply, strlen(c->reply));
         RT_AWAIT(&c->co, cx, &c->wr);
         if (c->wr.result < 0)

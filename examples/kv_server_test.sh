@@ -35,6 +35,15 @@ ask 3 "FOO a" "ERR unknown command"
 ask 3 "SET a" "ERR wrong number of arguments"
 ask 3 "GET a b" "ERR wrong number of arguments"
 
+# A line longer than the server takes (1024 bytes) is refused and the
+# connection closed; a CRLF line ending is fine.
+exec 7<>"/dev/tcp/127.0.0.1/$port"
+ask 7 $'GET a\r' "NOT_FOUND"
+printf 'SET k %02000d\n' 0 >&7
+IFS= read -r -t 5 reply <&7 || fail "no reply to a line too long"
+[ "$reply" = "ERR line too long" ] || fail "line too long: got '$reply'"
+exec 7>&-
+
 # A silent connection is told and closed after its idle time.
 exec 5<>"/dev/tcp/127.0.0.1/$port"
 IFS= read -r -t 10 reply <&5 || fail "no idle timeout on a silent connection"
