@@ -15,6 +15,7 @@
 #include "asyncrt/io.h"
 #include "asyncrt/net.h"
 #include "asyncrt/bufio.h"
+#include "asyncrt/signal.h"
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"
 #include "asyncrt/group.h"

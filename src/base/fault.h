@@ -141,6 +141,9 @@ const char *rt__fault_first_site(void);
 #define rt__accept4(fd, addr, len, flags)                                                          \
     RT__FAULT_FD_CALL(RT__FAULT_FD, accept4((fd), (addr), (len), (flags)))
 #define rt__open(path, flags) RT__FAULT_FD_CALL(RT__FAULT_FD, open((path), (flags)))
+#define rt__signalfd(fd, mask, flags)                                                              \
+    RT__FAULT_FD_CALL(RT__FAULT_FD, signalfd((fd), (mask), (flags)))
+#define rt__dup_cloexec(fd) RT__FAULT_FD_CALL(RT__FAULT_FD, fcntl((fd), F_DUPFD_CLOEXEC, 0))
 #define rt__epoll_ctl(epfd, op, fd, event)                                                         \
     RT__FAULT_FD_CALL(RT__FAULT_EPOLL, epoll_ctl((epfd), (op), (fd), (event)))
 
