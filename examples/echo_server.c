@@ -1,18 +1,17 @@
 /* A TCP echo server: one task per connection, each a coroutine that reads up
  * to 4 KiB and writes it all back until the peer closes. Shows rt_tcp_listen,
- * rt_tcp_accept, rt_io_read and rt_io_write_all, and a clean stop on a signal.
+ * rt_tcp_accept, rt_io_read and rt_io_write_all, and a clean stop on SIGINT or
+ * SIGTERM through rt_signal.
  *
  *   ./echo_server [--port P] [--workers W]   (P 0: any free port; W 0: all CPUs)
  *
  * Prints `listening 127.0.0.1:PORT` once it accepts connections, then serves
  * until SIGINT or SIGTERM and exits with status 0. */
-#define _POSIX_C_SOURCE 200809L /* sigwait, pthread_sigmask */
 
 #include <asyncrt.h>
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -96,6 +95,26 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
     RT_CORO_END(&a->co, out);
 }
 
+/* Waits for SIGINT or SIGTERM. The listeners are made by main before the
+ * server announces itself, so a signal sent right after is not missed. */
+struct stop {
+    rt_coro co;
+    rt_signal *intr, *term;
+    rt_signal_recv on_intr, on_term;
+    rt_select either;
+};
+
+static rt_poll stop_poll(void *state, rt_context *cx, void **out)
+{
+    struct stop *s = state;
+    RT_CORO_BEGIN(&s->co);
+    rt_signal_recv_init(&s->on_intr, s->intr);
+    rt_signal_recv_init(&s->on_term, s->term);
+    rt_select_init(&s->either, RT_FUTURES(&s->on_intr.future, &s->on_term.future));
+    RT_AWAIT(&s->co, cx, &s->either);
+    RT_CORO_END(&s->co, out);
+}
+
 static _Noreturn void usage(const char *why, const char *what)
 {
     fprintf(stderr, "echo_server: %s%s\nusage: echo_server [--port P] [--workers W]\n", why, what);
@@ -124,14 +143,6 @@ int main(int argc, char **argv)
             usage("unknown argument ", argv[i]);
     }
 
-    /* Block the stop signals before any thread exists: the runtime's threads
-     * inherit the mask, so only sigwait() below ever receives them. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-
     rt_config cfg;
     rt_config_init(&cfg);
     cfg.workers = (unsigned)workers;
@@ -145,8 +156,15 @@ int main(int argc, char **argv)
     struct sockaddr_storage addr;
     socklen_t len;
     struct acceptor a = {0};
-    const char *what = "rt_net_addr";
-    err = rt_net_addr("127.0.0.1", (uint16_t)port, &addr, &len);
+    struct stop stop = {0};
+    const char *what = "rt_signal_new";
+    err = rt_signal_new(rt, SIGINT, &stop.intr);
+    if (err == 0)
+        err = rt_signal_new(rt, SIGTERM, &stop.term);
+    if (err == 0) {
+        what = "rt_net_addr";
+        err = rt_net_addr("127.0.0.1", (uint16_t)port, &addr, &len);
+    }
     if (err == 0) {
         what = "rt_tcp_listen";
         err = rt_tcp_listen(rt, (struct sockaddr *)&addr, len, 1024, RT_NET_REUSEADDR, &a.listener);
@@ -163,20 +181,20 @@ int main(int argc, char **argv)
     if (err < 0) {
         fprintf(stderr, "echo_server: %s: %s\n", what, rt_strerror(err));
         rt_io_close(a.listener);
+        rt_signal_free(stop.intr);
+        rt_signal_free(stop.term);
         rt_runtime_free(rt);
         return 1;
     }
     printf("listening 127.0.0.1:%u\n", ntohs(((struct sockaddr_in *)&addr)->sin_port));
     fflush(stdout);
 
-    int sig;
-    while (sigwait(&stop, &sig) != 0)
-        ;
+    err = rt_block_on(rt, stop_poll, rt_coro_drop, &stop, sizeof stop, NULL);
+    rt_signal_free(stop.intr);
+    rt_signal_free(stop.term);
     /* Cancels the accept loop and every connection: their drops close them. */
-    err = rt_runtime_free(rt);
-    if (err < 0) {
-        fprintf(stderr, "rt_runtime_free: %s\n", rt_strerror(err));
-        return 1;
-    }
-    return 0;
+    rt_runtime_free(rt);
+    if (err < 0)
+        fprintf(stderr, "echo_server: waiting for a signal: %s\n", rt_strerror(err));
+    return err < 0;
 }

@@ -16,13 +16,12 @@
  * A connection silent for MS milliseconds gets `ERR idle timeout` and is
  * closed. On SIGINT or SIGTERM every open connection gets
  * `ERR server shutting down`, and the server exits with status 0. */
-#define _POSIX_C_SOURCE 200809L /* sigwait, pthread_sigmask, strdup */
+#define _POSIX_C_SOURCE 200809L /* strtok_r, strdup */
 
 #include <asyncrt.h>
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -199,20 +198,24 @@ struct acceptor {
     rt_coro co;
     rt_io *listener;
     int64_t idle_ns;
-    rt_group *conns; /* discards results: only open connections take memory */
-    rt_notified stop;
+    rt_group *conns;        /* discards results: only open connections take memory */
+    rt_signal *intr, *term; /* the stop signals, listened for from main on */
+    rt_signal_recv on_intr, on_term;
     rt_tcp_accept accept;
-    rt_select next; /* a connection or the stop */
+    rt_select next; /* a connection or a stop signal */
     rt_sleep pause; /* backing off when out of descriptors */
     rt_group_wait join;
+    rt_timeout grace; /* for the goodbyes */
 };
 
 static void acceptor_drop(void *state)
 {
     struct acceptor *a = state;
     rt_coro_cleanup(&a->co);
-    rt_group_free(a->conns);
+    rt_group_free(a->conns); /* cancels connections still open */
     rt_io_close(a->listener);
+    rt_signal_free(a->intr);
+    rt_signal_free(a->term);
 }
 
 static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
@@ -220,13 +223,13 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
     struct acceptor *a = state;
     RT_CORO_BEGIN(&a->co);
     for (;;) {
-        rt_notified_init(&a->stop, &stop_all);
-        if (atomic_load(&stopping))
-            break;
         rt_tcp_accept_init(&a->accept, a->listener);
-        rt_select_init(&a->next, RT_FUTURES(&a->accept.future, &a->stop.future));
+        rt_signal_recv_init(&a->on_intr, a->intr);
+        rt_signal_recv_init(&a->on_term, a->term);
+        rt_select_init(&a->next,
+                       RT_FUTURES(&a->accept.future, &a->on_intr.future, &a->on_term.future));
         RT_AWAIT(&a->co, cx, &a->next);
-        if (a->next.index == 1)
+        if (a->next.index > 0)
             break;
         if (a->accept.result == -EMFILE || a->accept.result == -ENFILE) {
             /* The connection stays queued: try again in 100 ms. */
@@ -238,11 +241,15 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
                 rt_io_close(c.io);
         } /* else the peer gave up (-ECONNABORTED...): next one */
     }
-    /* Stop accepting, then let every connection say goodbye and end. */
+    /* Stop accepting, then let every connection say goodbye and end; one
+     * stuck on a peer that reads nothing is cut off after 10 s. */
     rt_io_close(a->listener);
     a->listener = NULL;
+    atomic_store(&stopping, true);
+    rt_notify_all(&stop_all);
     rt_group_join_all_init(&a->join, a->conns);
-    RT_AWAIT(&a->co, cx, &a->join);
+    rt_timeout_init(&a->grace, NULL, &a->join.future, RT_SEC(10));
+    RT_AWAIT(&a->co, cx, &a->grace);
     RT_CORO_END(&a->co, out);
 }
 
@@ -279,13 +286,6 @@ int main(int argc, char **argv)
             usage("unknown argument ", argv[i]);
     }
 
-    /* The stop signals go to sigwait below only: blocked before any thread. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-
     rt_config cfg;
     rt_config_init(&cfg);
     cfg.workers = (unsigned)workers;
@@ -305,8 +305,14 @@ int main(int argc, char **argv)
     rt_group_options_init(&opts);
     opts.discard = 1;
     rt_task *acceptor = NULL;
-    const char *what = "rt_group_new_ex";
-    err = rt_group_new_ex(rt, &opts, &a.conns);
+    const char *what = "rt_signal_new";
+    err = rt_signal_new(rt, SIGINT, &a.intr);
+    if (err == 0)
+        err = rt_signal_new(rt, SIGTERM, &a.term);
+    if (err == 0) {
+        what = "rt_group_new_ex";
+        err = rt_group_new_ex(rt, &opts, &a.conns);
+    }
     if (err == 0) {
         what = "rt_net_addr";
         err = rt_net_addr("127.0.0.1", (uint16_t)port, &addr, &len);
@@ -328,23 +334,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "kv_server: %s: %s\n", what, rt_strerror(err));
         rt_io_close(a.listener);
         rt_group_free(a.conns);
+        rt_signal_free(a.intr);
+        rt_signal_free(a.term);
         rt_runtime_free(rt);
         return 1;
     }
     printf("listening 127.0.0.1:%u\n", ntohs(((struct sockaddr_in *)&addr)->sin_port));
     fflush(stdout);
 
-    int sig;
-    while (sigwait(&stop, &sig) != 0)
-        ;
-    /* Every connection writes its goodbye and ends; the acceptor waits for
-     * them. A connection stuck on a peer that reads nothing is cut off by
-     * rt_runtime_free after 10 s. */
-    atomic_store(&stopping, true);
-    rt_notify_all(&stop_all);
-    err = rt_task_wait(acceptor, RT_SEC(10), NULL);
-    if (err == -ETIMEDOUT)
-        rt_task_detach(acceptor);
+    /* Until SIGINT or SIGTERM has stopped the acceptor and its connections. */
+    rt_task_wait(acceptor, -1, NULL);
     err = rt_runtime_free(rt);
     for (unsigned i = 0; i < MAP_BUCKETS; i++) {
         for (struct entry *e = map.buckets[i], *next; e != NULL; e = next) {
