@@ -774,6 +774,83 @@ static int scenario_pipe(rt_runtime *rt)
     return err;
 }
 
+/* 10. A line through a buffered writer and reader over a pipe, and a
+ * signal to a listener: every allocation and descriptor of bufio and
+ * signal. */
+struct lines_and_signal {
+    struct root_head h;
+    int fds[2];
+    rt_io *ends[2];
+    rt_reader *reader;
+    rt_writer *writer;
+    rt_signal *sig;
+    rt_writer_write wr;
+    rt_writer_flush fl;
+    rt_read_until line;
+    rt_signal_recv recv;
+};
+
+static rt_poll lines_poll(void *p, rt_context *cx, void **out)
+{
+    struct lines_and_signal *x = p;
+    atomic_fetch_add(&ledger.polled[x->h.slot], 1);
+    RT_CORO_BEGIN(&x->h.co);
+    for (int i = 0; i < 2; i++) {
+        x->h.err = EXPECT(rt_io_open(NULL, x->fds[i], &x->ends[i]));
+        if (x->h.err < 0)
+            RT_RETURN(&x->h.co, out, (intptr_t)x->h.err);
+        x->fds[i] = -1; /* the rt_io owns it now */
+    }
+    if ((x->h.err = EXPECT(rt_reader_new(x->ends[0], 64, &x->reader))) < 0 ||
+        (x->h.err = EXPECT(rt_writer_new(x->ends[1], 64, &x->writer))) < 0 ||
+        (x->h.err = EXPECT(rt_signal_new(NULL, SIGUSR1, &x->sig))) < 0)
+        RT_RETURN(&x->h.co, out, (intptr_t)x->h.err);
+    rt_writer_write_init(&x->wr, x->writer, "line\n", 5);
+    RT_AWAIT(&x->h.co, cx, &x->wr);
+    rt_writer_flush_init(&x->fl, x->writer);
+    RT_AWAIT(&x->h.co, cx, &x->fl);
+    if (x->fl.result != 5)
+        expect("flush", x->fl.result < 0 ? (int)x->fl.result : -EPROTO, NULL);
+    rt_read_line_init(&x->line, x->reader);
+    RT_AWAIT(&x->h.co, cx, &x->line);
+    if (x->line.result != 5 || memcmp(x->line.data, "line", 4) != 0)
+        expect("read line", x->line.result < 0 ? (int)x->line.result : -EPROTO, NULL);
+    raise(SIGUSR1);
+    rt_signal_recv_init(&x->recv, x->sig);
+    RT_AWAIT(&x->h.co, cx, &x->recv);
+    if (x->recv.result < 1)
+        expect("signal", x->recv.result < 0 ? (int)x->recv.result : -EPROTO, NULL);
+    RT_CORO_END(&x->h.co, out);
+}
+
+static void lines_drop(void *p)
+{
+    struct lines_and_signal *x = p;
+    rt_coro_cleanup(&x->h.co);
+    rt_signal_free(x->sig);
+    rt_reader_free(x->reader);
+    rt_writer_free(x->writer);
+    for (int i = 0; i < 2; i++) {
+        rt_io_close(x->ends[i]);
+        if (x->fds[i] >= 0)
+            close(x->fds[i]);
+    }
+    root_drop_head(&x->h);
+}
+
+static int scenario_lines(rt_runtime *rt)
+{
+    struct lines_and_signal x = {0};
+    if (pipe(x.fds) != 0)
+        return expect("pipe", -errno, NULL);
+    int err = run_root(rt, lines_poll, lines_drop, &x, sizeof x);
+    if (atomic_load(&ledger.spawned[x.h.slot]) == 0) {
+        close(x.fds[0]);
+        close(x.fds[1]);
+    }
+    return err;
+}
+
 struct scenario {
     const char *name;
     unsigned workers;
@@ -785,7 +862,7 @@ static const struct scenario scenarios[] = {
     {"timers", 2, scenario_timers},     {"tcp", 2, scenario_tcp},
     {"channel", 2, scenario_channel},   {"group", 2, scenario_group},
     {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
-    {"pipe", 2, scenario_pipe},
+    {"pipe", 2, scenario_pipe},         {"lines", 2, scenario_lines},
 };
 
 static unsigned count_dir(const char *path)

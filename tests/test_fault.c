@@ -190,3 +190,8 @@ Test(fault, a_pipe_adopted_with_rt_io_open)
 {
     run_scenario("pipe");
 }
+
+Test(fault, a_line_through_buffers_and_a_signal_to_a_listener)
+{
+    run_scenario("lines");
+}
