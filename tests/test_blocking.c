@@ -403,3 +403,59 @@ Test(blocking, coop_proceed_is_always_true_in_a_blocking_job)
                    (long)(intptr_t)value);
     finish_runtime(rt, 0);
 }
+
+/* ---- rt_spawn_blocking_ex: a release that runs whether the job ran or not ---- */
+
+static struct event ex_gate = EVENT_INIT;
+static atomic_int ex_ran, ex_released;
+
+static void *ex_wait_for_gate(void *arg)
+{
+    (void)arg;
+    event_wait_for(&ex_gate, 1);
+    return NULL;
+}
+
+static void *ex_job(void *arg)
+{
+    cr_assert_eq(atomic_load(&ex_released), 0, "released before it ran");
+    atomic_fetch_add(&ex_ran, 1);
+    return arg;
+}
+
+static void ex_release(void *arg)
+{
+    cr_assert_eq(arg, &ex_released);
+    atomic_fetch_add(&ex_released, 1);
+}
+
+Test(blocking, spawn_blocking_ex_releases_after_the_job_or_instead_of_it)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.blocking_threads = 1;
+    rt_runtime *rt = new_runtime_config(&cfg);
+    rt_task *t;
+    cr_assert_eq(rt_spawn_blocking_ex(rt, ex_job, ex_release, &ex_released, &t), 0);
+    void *v;
+    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(v, &ex_released);
+    cr_assert_eq(atomic_load(&ex_ran), 1);
+    cr_assert_eq(atomic_load(&ex_released), 1, "released once, before the join saw the end");
+
+    /* The only pool thread is busy: the next job waits in the queue, and an
+     * abort there releases its argument without running it. */
+    rt_task *busy, *queued;
+    cr_assert_eq(rt_spawn_blocking(rt, ex_wait_for_gate, NULL, &busy), 0);
+    cr_assert_eq(rt_spawn_blocking_ex(rt, ex_job, ex_release, &ex_released, &queued), 0);
+    rt_task_abort(queued);
+    cr_assert_eq(rt_task_wait(queued, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    event_signal(&ex_gate);
+    cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&ex_ran), 1, "the aborted job never ran");
+    cr_assert_eq(atomic_load(&ex_released), 2, "its argument was released");
+    cr_assert_eq(rt_spawn_blocking_ex(rt, NULL, ex_release, &ex_released, NULL), -EINVAL);
+    cr_assert_eq(atomic_load(&ex_released), 2, "a refused spawn releases nothing");
+    finish_runtime(rt, 0);
+}

@@ -213,6 +213,17 @@ typedef void *(*rt_blocking_fn)(void *arg);
  * Any thread. */
 int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt_task **handle);
 
+/* rt_spawn_blocking with a release function for arg: release(arg) runs
+ * exactly once, on a pool thread after fn(arg) returned, or instead of fn
+ * when the job is aborted or cancelled by shutdown before it started
+ * (release NULL: nothing runs). It runs before the job's joiner learns the
+ * outcome. When the spawn fails, release is not called and arg stays the
+ * caller's. This is what lets an operation share a record with its job:
+ * both hold a reference, and the last to let go frees it, whether the job
+ * ran or not. Errors and threads as rt_spawn_blocking. */
+int rt_spawn_blocking_ex(rt_runtime *rt, rt_blocking_fn fn, void (*release)(void *arg), void *arg,
+                         rt_task **handle);
+
 /* Convenience: spawn with the size of the state object taken from its type.
  * state_ptr must be a typed pointer (the NULL constant does not compile);
  * a NULL one gives -EINVAL, as for rt_spawn with size > 0. */

@@ -172,6 +172,12 @@ static int start_thread_locked(rt__blocking_pool *p)
 
 RT_EXPORT int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt_task **handle)
 {
+    return rt_spawn_blocking_ex(rt, fn, NULL, arg, handle);
+}
+
+RT_EXPORT int rt_spawn_blocking_ex(rt_runtime *rt, rt_blocking_fn fn, void (*release)(void *arg),
+                                   void *arg, rt_task **handle)
+{
     if (handle != NULL)
         *handle = NULL;
     if (rt == NULL)
@@ -180,7 +186,7 @@ RT_EXPORT int rt_spawn_blocking(rt_runtime *rt, rt_blocking_fn fn, void *arg, rt
         return -EINVAL;
     if (rt__load_acquire_u32(&rt->closing))
         return -ESHUTDOWN;
-    rt_task *t = rt__task_new_job(rt, fn, arg, handle != NULL);
+    rt_task *t = rt__task_new_job(rt, fn, release, arg, handle != NULL);
     if (t == NULL)
         return -ENOMEM;
     rt__blocking_pool *p = rt->blocking;

@@ -130,6 +130,7 @@ void rt__task_cancel_at_shutdown(rt_task *t)
 
 struct job_state {
     rt_blocking_fn fn;
+    void (*release)(void *arg); /* after fn, or instead of it; may be NULL */
     void *arg;
 };
 
@@ -140,7 +141,8 @@ static rt_poll job_never_polled(void *state, rt_context *cx, void **out)
     return RT_PENDING;
 }
 
-rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle)
+rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(void *), void *arg,
+                          bool handle)
 {
     uint64_t flags;
     /* Marked as a job in its prefix, for rt_task_abort. */
@@ -156,7 +158,7 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool han
     t->rt = rt;
     t->join_waker = rt_waker_noop();
     t->id = rt__task_new_id();
-    struct job_state js = {fn, arg};
+    struct job_state js = {fn, release, arg};
     memcpy(t->future_state, &js, sizeof(js));
     return t;
 }
@@ -174,11 +176,13 @@ void rt__task_run_job(rt_task *t)
            RT__TASK_NOTIFIED);
     bool cancelled = (prev & RT__TASK_CANCELLED) != 0;
     t->u.output = NULL;
-    if (!cancelled) {
-        struct job_state js;
-        memcpy(&js, t->future_state, sizeof(js));
+    struct job_state js;
+    memcpy(&js, t->future_state, sizeof(js));
+    if (!cancelled)
         t->u.output = js.fn(js.arg);
-    }
+    /* Before the completion, so that a joiner finds the argument released. */
+    if (js.release != NULL)
+        js.release(js.arg);
     /* No registry reference keeps the task alive here, so the queue's
      * reference is dropped separately, after the completion. */
     rt__task_complete(t, cancelled, 0);

@@ -489,7 +489,8 @@ static inline void rt__task_drop_future(rt_task *t)
  * run: claims the job, runs it unless it was aborted, completes it, and
  * drops the queue's reference. cancel: the same without running it.
  * discard: frees a job that was never queued. */
-rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void *arg, bool handle);
+rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(void *), void *arg,
+                          bool handle);
 void rt__task_run_job(rt_task *t);
 void rt__task_cancel_job(rt_task *t);
 void rt__task_discard_job(rt_task *t);
