@@ -11,7 +11,7 @@
 #include "cpus.h"
 #include "io_internal.h"
 #include "runtime.h"
-#include "spawn.h"
+#include "spawning.h"
 
 RT_EXPORT void rt_config_init(rt_config *cfg)
 {

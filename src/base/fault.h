@@ -144,7 +144,10 @@ const char *rt__fault_first_site(void);
 #define rt__signalfd(fd, mask, flags)                                                              \
     RT__FAULT_FD_CALL(RT__FAULT_FD, signalfd((fd), (mask), (flags)))
 #define rt__dup_cloexec(fd) RT__FAULT_FD_CALL(RT__FAULT_FD, fcntl((fd), F_DUPFD_CLOEXEC, 0))
+#define rt__pipe2(fds, flags) RT__FAULT_FD_CALL(RT__FAULT_FD, pipe2((fds), (flags)))
+#define rt__pidfd_open(pid) RT__FAULT_FD_CALL(RT__FAULT_FD, (int)syscall(SYS_pidfd_open, (pid), 0))
 #define rt__epoll_ctl(epfd, op, fd, event)                                                         \
     RT__FAULT_FD_CALL(RT__FAULT_EPOLL, epoll_ctl((epfd), (op), (fd), (event)))
+
 
 #endif

@@ -10,7 +10,7 @@
 #include "operation.h"
 #include "blocking.h"
 #include "runtime.h"
-#include "spawn.h"
+#include "spawning.h"
 
 /* ---- The task waker ----------------------------------------------------- */
 

@@ -31,7 +31,7 @@
 
 #include "budget.h"
 #include "scheduler.h"
-#include "spawn.h"
+#include "spawning.h"
 
 /* Moves the older half of the deferred list (at most half the deque's free
  * room) onto the deque, where thieves can take it, and says so. Local tasks

@@ -30,7 +30,7 @@
 #include "common.h"
 #include "budget.h"
 #include "current.h"
-#include "spawn.h"
+#include "spawning.h"
 #include "task_internal.h"
 #include "waitq.h"
 #include "waker.h"
