@@ -16,6 +16,7 @@
 #include "asyncrt/net.h"
 #include "asyncrt/bufio.h"
 #include "asyncrt/signal.h"
+#include "asyncrt/unix.h"
 #include "asyncrt/process.h"
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"

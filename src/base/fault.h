@@ -149,5 +149,16 @@ const char *rt__fault_first_site(void);
 #define rt__epoll_ctl(epfd, op, fd, event)                                                         \
     RT__FAULT_FD_CALL(RT__FAULT_EPOLL, epoll_ctl((epfd), (op), (fd), (event)))
 
+/* Unix sockets (src/toolkit/unix.c): a connected pair, and a receive that
+ * may create descriptors (SCM_RIGHTS). */
+#ifndef rt__socketpair
+#define rt__socketpair(domain, type, protocol, fds)                                                \
+    RT__FAULT_FD_CALL(RT__FAULT_FD, socketpair((domain), (type), (protocol), (fds)))
+#endif
+#define rt__recvmsg_fds(fd, msg, flags)                                                            \
+    ({                                                                                             \
+        int rt__e_ = RT__FAULT(RT__FAULT_FD);                                                      \
+        rt__e_ != 0 ? (errno = rt__e_, (ssize_t)-1) : recvmsg((fd), (msg), (flags));               \
+    })
 
 #endif
