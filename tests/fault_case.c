@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -851,6 +852,120 @@ static int scenario_lines(rt_runtime *rt)
     return err;
 }
 
+/* 11. A child process with both pipes: every descriptor and allocation of
+ * a spawn, and the reaping whatever fails. */
+struct child_process {
+    struct root_head h;
+    rt_process *child;
+    rt_io_write_all wr;
+    rt_io_read rd;
+    rt_process_wait exit;
+    char buf[8];
+};
+
+static rt_poll process_poll(void *p, rt_context *cx, void **out)
+{
+    struct child_process *x = p;
+    atomic_fetch_add(&ledger.polled[x->h.slot], 1);
+    RT_CORO_BEGIN(&x->h.co);
+    rt_process_options o;
+    rt_process_options_init(&o);
+    o.argv = (const char *const[]){"cat", NULL};
+    o.stdin_mode = o.stdout_mode = RT_STDIO_PIPE;
+    x->h.err = EXPECT(rt_process_spawn(NULL, &o, &x->child));
+    if (x->h.err < 0)
+        RT_RETURN(&x->h.co, out, (intptr_t)x->h.err);
+    rt_io_write_all_init(&x->wr, rt_process_stdio(x->child, 0), "cat", 3);
+    RT_AWAIT(&x->h.co, cx, &x->wr);
+    rt_process_close_stdio(x->child, 0);
+    rt_io_read_init(&x->rd, rt_process_stdio(x->child, 1), x->buf, sizeof x->buf);
+    RT_AWAIT(&x->h.co, cx, &x->rd);
+    if (x->rd.result != 3 || memcmp(x->buf, "cat", 3) != 0)
+        expect("read from cat", x->rd.result < 0 ? (int)x->rd.result : -EPROTO, NULL);
+    rt_process_wait_init(&x->exit, x->child);
+    RT_AWAIT(&x->h.co, cx, &x->exit);
+    if (x->exit.result != 0 || x->exit.code != 0)
+        expect("cat's exit", x->exit.result < 0 ? (int)x->exit.result : -EPROTO, NULL);
+    RT_RETURN(&x->h.co, out, NULL);
+    RT_CORO_END(&x->h.co, out);
+}
+
+static void process_drop(void *p)
+{
+    struct child_process *x = p;
+    rt_coro_cleanup(&x->h.co);
+    rt_process_free(x->child);
+    root_drop_head(&x->h);
+}
+
+static int scenario_process(rt_runtime *rt)
+{
+    struct child_process x = {0};
+    return run_root(rt, process_poll, process_drop, &x, sizeof x);
+}
+
+/* 12. A descriptor passed over a Unix socket pair and used there: every
+ * descriptor of the pair and of the receive (SCM_RIGHTS). */
+struct passing {
+    struct root_head h;
+    rt_io *ends[2];
+    int pipe_fds[2];
+    rt_unix_send_fds send;
+    rt_unix_recv_fds recv;
+    char byte;
+};
+
+static rt_poll passing_poll(void *p, rt_context *cx, void **out)
+{
+    struct passing *x = p;
+    atomic_fetch_add(&ledger.polled[x->h.slot], 1);
+    RT_CORO_BEGIN(&x->h.co);
+    x->h.err = EXPECT(rt_unix_pair(NULL, SOCK_STREAM, &x->ends[0], &x->ends[1]));
+    if (x->h.err < 0)
+        RT_RETURN(&x->h.co, out, (intptr_t)x->h.err);
+    rt_unix_send_fds_init(&x->send, x->ends[0], "F", 1, &x->pipe_fds[1], 1);
+    RT_AWAIT(&x->h.co, cx, &x->send);
+    if (x->send.result != 1)
+        RT_RETURN(&x->h.co, out, (intptr_t)EXPECT((int)x->send.result));
+    rt_unix_recv_fds_init(&x->recv, x->ends[1], &x->byte, 1, 1);
+    RT_AWAIT(&x->h.co, cx, &x->recv);
+    if (x->recv.result < 0)
+        RT_RETURN(&x->h.co, out, (intptr_t)EXPECT((int)x->recv.result));
+    if (x->recv.result != 1 || x->recv.nfds != 1) {
+        expect("the descriptor passed", -EPROTO, NULL);
+    } else {
+        if (write(x->recv.fds[0], "y", 1) != 1)
+            expect("write through the passed descriptor", -errno, NULL);
+        close(x->recv.fds[0]);
+    }
+    RT_RETURN(&x->h.co, out, NULL);
+    RT_CORO_END(&x->h.co, out);
+}
+
+static void passing_drop(void *p)
+{
+    struct passing *x = p;
+    rt_coro_cleanup(&x->h.co);
+    rt_io_close(x->ends[0]);
+    rt_io_close(x->ends[1]);
+    close(x->pipe_fds[0]);
+    close(x->pipe_fds[1]);
+    root_drop_head(&x->h);
+}
+
+static int scenario_passing(rt_runtime *rt)
+{
+    struct passing x = {0};
+    if (pipe(x.pipe_fds) != 0)
+        return expect("pipe", -errno, NULL);
+    int err = run_root(rt, passing_poll, passing_drop, &x, sizeof x);
+    if (atomic_load(&ledger.spawned[x.h.slot]) == 0) {
+        close(x.pipe_fds[0]);
+        close(x.pipe_fds[1]);
+    }
+    return err;
+}
+
 struct scenario {
     const char *name;
     unsigned workers;
@@ -863,6 +978,7 @@ static const struct scenario scenarios[] = {
     {"channel", 2, scenario_channel},   {"group", 2, scenario_group},
     {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
     {"pipe", 2, scenario_pipe},         {"lines", 2, scenario_lines},
+    {"process", 2, scenario_process},   {"passing", 2, scenario_passing},
 };
 
 static unsigned count_dir(const char *path)

@@ -195,3 +195,13 @@ Test(fault, a_line_through_buffers_and_a_signal_to_a_listener)
 {
     run_scenario("lines");
 }
+
+Test(fault, a_child_process_with_both_pipes)
+{
+    run_scenario("process");
+}
+
+Test(fault, a_descriptor_passed_over_a_unix_socket_pair)
+{
+    run_scenario("passing");
+}
