@@ -161,4 +161,8 @@ const char *rt__fault_first_site(void);
         rt__e_ != 0 ? (errno = rt__e_, (ssize_t)-1) : recvmsg((fd), (msg), (flags));               \
     })
 
+/* open(2) with the permission bits for O_CREAT (rt__open passes none). */
+#define rt__open_mode(path, flags, mode)                                                           \
+    RT__FAULT_FD_CALL(RT__FAULT_FD, open((path), (flags), (mode)))
+
 #endif
