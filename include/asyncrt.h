@@ -17,6 +17,7 @@
 #include "asyncrt/bufio.h"
 #include "asyncrt/signal.h"
 #include "asyncrt/unix.h"
+#include "asyncrt/resolve.h"
 #include "asyncrt/fs.h"
 #include "asyncrt/process.h"
 #include "asyncrt/sync.h"
