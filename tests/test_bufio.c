@@ -85,6 +85,7 @@ static void line_task_drop(void *state)
 Test(bufio, lines_split_at_every_byte_boundary_come_out_whole)
 {
     rt_runtime *rt = new_runtime(2);
+    int fds = count_fds();
     size_t len = strlen(INPUT);
     static struct event pending = EVENT_INIT;
     for (size_t split = 0; split <= len; split++) {
@@ -107,6 +108,7 @@ Test(bufio, lines_split_at_every_byte_boundary_come_out_whole)
         rt_reader_free(r);
         rt_io_close(io);
     }
+    cr_assert_eq(count_fds(), fds, "every pipe was closed");
     finish_runtime(rt, 0);
 }
 
@@ -331,6 +333,7 @@ static rt_poll writer_task_poll(void *state, rt_context *cx, void **out)
 Test(bufio, small_writes_are_gathered_and_big_ones_go_straight_through)
 {
     rt_runtime *rt = new_runtime(2);
+    int before = count_fds();
     int fds[2];
     make_pipe(fds);
     rt_io *io;
@@ -355,6 +358,7 @@ Test(bufio, small_writes_are_gathered_and_big_ones_go_straight_through)
     close(fds[0]);
     cr_assert_eq(d.got, BIG);
     cr_assert(!d.bad, "the bytes arrived out of order or changed");
+    cr_assert_eq(count_fds(), before);
     free(big);
     finish_runtime(rt, 0);
 }
