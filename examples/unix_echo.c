@@ -13,9 +13,12 @@
  * it accepts connections, then serves until SIGINT or SIGTERM, removes its
  * socket file and exits with status 0. */
 
+#define _POSIX_C_SOURCE 200809L /* pthread_sigmask */
+
 #include <asyncrt.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -150,6 +153,17 @@ int main(int argc, char **argv)
     }
     if (path == NULL)
         usage("missing ", "--path");
+
+    /* The stop signals are blocked before any thread exists, so every
+     * thread inherits the mask: each arrives through the listeners'
+     * signalfd rather than the library's handler, which ThreadSanitizer
+     * would hold back while a thread sleeps in a system call it does not
+     * intercept (see asyncrt/signal.h). */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
     rt_config cfg;
     rt_config_init(&cfg);

@@ -24,6 +24,10 @@
  * When the last listener for a signal is freed, the action the signal had
  * before the first one was created is put back. The library changes no
  * thread's signal mask.
+ * Under ThreadSanitizer, a handler is held back until its thread next
+ * enters a call TSan intercepts, which a thread asleep in the runtime's
+ * futex waits does not do for a long time: block the signals in every
+ * thread (in main, before rt_runtime_new) so that the signalfds take them.
  * Arrivals coalesce as the kernel coalesces them: a standard signal sent
  * several times while it is pending arrives once; a receive reports how
  * many arrivals it covers.
