@@ -687,6 +687,9 @@ Test(runtime, a_child_forked_while_workers_allocate_runs_its_own_runtime)
     atomic_store(&churn_stop, true);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(rt_task_wait(churners[i], -1, NULL), 0);
-    finish_runtime(rt, 0);
+    /* Tasks the churners spawned last may not have run yet: shutdown
+     * cancels them, so their count is not checked (the property here is
+     * the children's). */
+    finish_runtime(rt, -1);
 #endif
 }
