@@ -509,7 +509,7 @@ Test(coro, multi_step_coroutine_awaits_joins_of_children_and_yields_between_them
     cr_assert_eq(atomic_load(&child_drops), 20 * 3);
 }
 
-/* The example that coro.h used to give: spawn a child, await its join. */
+/* A parent task that spawns a child and awaits its join. */
 struct spawn_join {
     rt_coro co;
     rt_task *child;
