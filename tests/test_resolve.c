@@ -8,6 +8,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "support_blocking.h"
 #include "support_resolve.h"
 
 #include <arpa/inet.h>
@@ -398,10 +399,7 @@ Test(resolve, shutdown_with_a_lookup_running_waits_only_the_pool_deadline)
     /* Released, the abandoned job finishes, frees the record and its
      * thread exits (the one state here with no event to wait on). */
     held_release(&h);
-    const struct timespec step = {0, 1000000};
-    for (int i = 0; i < 20000 && metrics_of(rt).blocking_threads != 0; i++)
-        nanosleep(&step, NULL);
-    cr_assert_eq(metrics_of(rt).blocking_threads, 0, "the abandoned job never finished");
+    cr_assert(wait_blocking_threads(rt, 0, 20), "the abandoned job never finished");
     finish_runtime(rt, 0); /* shut down already: frees it */
     held_cleanup(&h);
 }

@@ -41,6 +41,13 @@ static inline bool rt__io_retry_after_error(rt_io *io, unsigned dir, uint32_t ti
     rt__io_clear_ready(io, dir, tick);
     return true;
 }
+/* One attempt at taking a connection from a listening socket (TCP or Unix,
+ * net.c): RT_READY with *err 0, *conn a new registered rt_io and the peer's
+ * address in *peer / *peer_len, or with *err < 0 (what each error leaves:
+ * net.h, rt_tcp_accept); else RT_PENDING with cx's waker stored. */
+rt_poll rt__io_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sockaddr_storage *peer,
+                      socklen_t *peer_len, int *err);
+
 /* Starts an I/O operation's header: `vtable`, or finished with -EINVAL when
  * its arguments are not `valid` (returns 0 or -EINVAL, as the inits do). */
 static inline int rt__io_op_init(rt_future *f, const rt_future_vtable *vtable, bool valid)

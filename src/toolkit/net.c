@@ -102,11 +102,9 @@ RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen
     return bound_socket(rt, addr, len, SOCK_STREAM, flags, backlog, out);
 }
 
-/* One attempt at taking a connection: RT_READY with *err set (and *conn on
- * success), or RT_PENDING. */
-static rt_poll accept_once(rt_tcp_accept *op, rt_context *cx, int *err)
+rt_poll rt__io_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sockaddr_storage *peer,
+                      socklen_t *peer_len, int *err)
 {
-    rt_io *listener = op->listener;
     /* The connection's rt_io is allocated before accept4 takes the
      * connection from the kernel: a failure then leaves it queued. */
     rt_io *io = NULL;
@@ -120,22 +118,20 @@ static rt_poll accept_once(rt_tcp_accept *op, rt_context *cx, int *err)
             *err = -ENOMEM;
             return RT_READY;
         }
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
+        socklen_t sl = sizeof *peer;
         int fd =
-            rt__accept4(listener->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            rt__accept4(listener->fd, (struct sockaddr *)peer, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             /* Only the registration can fail now (the runtime is shutting
              * down, or epoll has no memory for the watch): the connection
-             * is closed, as the header says. */
+             * is closed, as the headers say. */
             *err = rt__io_register(listener->rt, io, fd, true, listener->is_tcp);
             if (*err < 0) {
                 close(fd);
                 return RT_READY;
             }
-            op->conn = io;
-            memcpy(&op->peer, &ss, sizeof ss);
-            op->peer_len = sl;
+            *conn = io;
+            *peer_len = sl;
             return RT_READY;
         }
         int e = errno;
@@ -155,8 +151,9 @@ static rt_poll accept_once(rt_tcp_accept *op, rt_context *cx, int *err)
 
 static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
 {
+    rt_tcp_accept *op = (rt_tcp_accept *)f;
     int err;
-    if (accept_once((rt_tcp_accept *)f, cx, &err) == RT_PENDING)
+    if (rt__io_accept(op->listener, cx, &op->conn, &op->peer, &op->peer_len, &err) == RT_PENDING)
         return RT_PENDING;
     return rt__future_finish(f, err);
 }

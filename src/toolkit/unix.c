@@ -276,59 +276,18 @@ RT_EXPORT int rt_unix_peer_addr(rt_io *io, struct sockaddr_un *addr, socklen_t *
 
 /* ---- Accept ------------------------------------------------------------------------ */
 
-/* One attempt at taking a connection: RT_READY with *err set (and op->conn
- * on success), or RT_PENDING. */
-static rt_poll accept_once(rt_unix_accept *op, rt_context *cx, int *err)
-{
-    rt_io *listener = op->listener;
-    /* The connection's rt_io is allocated before accept4 takes the
-     * connection from the kernel: a failure then leaves it queued. */
-    rt_io *io = NULL;
-    for (;;) {
-        uint32_t tick;
-        if (rt__io_poll_ready(listener, RT__IO_READ, true, cx, &tick) == RT_PENDING) {
-            free(io);
-            return RT_PENDING;
-        }
-        if (io == NULL && (io = rt__io_alloc()) == NULL) {
-            *err = -ENOMEM;
-            return RT_READY;
-        }
-        struct sockaddr_un peer;
-        socklen_t peer_len = sizeof peer;
-        int fd = rt__accept4(listener->fd, (struct sockaddr *)&peer, &peer_len,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            /* Only the registration can fail now: the connection is
-             * closed, as the header says (rt__io_register frees io). */
-            *err = rt__io_register(listener->rt, io, fd, true, false);
-            if (*err < 0) {
-                close(fd);
-                return RT_READY;
-            }
-            op->conn = io;
-            memcpy(&op->peer, &peer, sizeof peer);
-            op->peer_len = peer_len;
-            return RT_READY;
-        }
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        if (e == EAGAIN || e == EWOULDBLOCK) {
-            rt__io_clear_ready(listener, RT__IO_READ, tick);
-            continue;
-        }
-        free(io);
-        *err = -e;
-        return RT_READY;
-    }
-}
-
 static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
 {
+    rt_unix_accept *op = (rt_unix_accept *)f;
+    struct sockaddr_storage peer;
+    socklen_t peer_len = 0;
     int err;
-    if (accept_once((rt_unix_accept *)f, cx, &err) == RT_PENDING)
+    if (rt__io_accept(op->listener, cx, &op->conn, &peer, &peer_len, &err) == RT_PENDING)
         return RT_PENDING;
+    if (err == 0) {
+        op->peer_len = peer_len < sizeof op->peer ? peer_len : sizeof op->peer;
+        memcpy(&op->peer, &peer, op->peer_len);
+    }
     return rt__future_finish(f, err);
 }
 
