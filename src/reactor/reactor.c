@@ -37,6 +37,7 @@
 #include <asyncrt/timer.h>
 
 #include "atomic.h"
+#include "events.h"
 #include "fault.h"
 #include "readiness.h"
 #include "park.h"
@@ -78,6 +79,7 @@ static void wake_now(rt__wake_batch *b, rt_waker *w)
     rt_task *t = rt__task_wake_for_batch(w, h->task_vtable, h->rt);
     if (t == NULL)
         return; /* woken directly, or nothing to schedule */
+    RT__EV_WAKE(t->id, RT__EV_REACTOR);
     if (b->n == RT__WAKE_BATCH) {
         h->schedule_woken(h->rt, b->tasks, b->n);
         b->n = 0;
@@ -611,6 +613,7 @@ static void *reactor_main(void *arg)
             rt__wake_batch_add(batch, &writer);
         }
         rt__wake_batch_flush(batch);
+        RT__EV_REACTOR_TURN(io_events);
         rt__store_relaxed_u64(&r->turns, r->turns + 1);
         rt__store_relaxed_u64(&r->io_events, r->io_events + io_events);
         if (io_events >= RT_REACTOR_NAP_MIN_EVENTS && left_over == COMMANDS_NONE)

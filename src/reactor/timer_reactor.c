@@ -4,6 +4,8 @@
 #include "timer_internal.h"
 
 #include "atomic.h"
+#include "events.h"
+#include "task_internal.h"
 #include "waker.h"
 
 void rt__timer_command(rt__reactor *r, rt__timer *t)
@@ -34,6 +36,9 @@ void rt__timer_fire(rt__timer_entry *entry, void *arg)
         t->waker = rt__waker_noop();
         RT__DEBUG_YIELD(); /* widens the locked section: the future spins */
         rt__timer_unlock(t, RT__TIMER_FIRED);
+        /* The waker's reference keeps its task alive for the read of its id. */
+        RT__EV_TIMER_FIRE(w.vtable == batch->hooks->task_vtable ? ((const rt_task *)w.data)->id
+                                                                : 0);
         rt__wake_batch_add(batch, &w);
     } else {
         rt__timer_unlock(t, phase); /* cancelled: its cancel command, if any, finds it unfiled */

@@ -172,14 +172,17 @@ void rt__park_worker(rt__worker *w)
         return;
     }
     rt__stat_add(&w->stats.parks, 1);
+    RT__EV_PARK(w->index);
     for (;;) {
         /* A worker holding many cached task blocks wakes once after a long
          * idle moment to give them back (see trim_caches); otherwise it
          * sleeps until woken: an idle runtime uses no CPU. */
         bool trim = holds_idle_memory(w);
         bool woken = rt__parker_park(&w->parker, trim ? RT__BLOCK_CACHE_IDLE_NS : -1);
-        if (rt__load_acquire_u32(&rt->closing))
+        if (rt__load_acquire_u32(&rt->closing)) {
+            RT__EV_UNPARK(w->index);
             return;
+        }
         if (!woken) {
             trim_caches(w);
             continue;
@@ -188,6 +191,7 @@ void rt__park_worker(rt__worker *w)
             /* A notifier popped us and counted us as searching. */
             w->own.searching = true;
             rt__stat_add(&w->stats.unparks, 1);
+            RT__EV_UNPARK(w->index);
             return;
         }
         /* A stale token from an earlier notify: sleep again. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "atomic.h"
+#include "events.h"
 #include "runtime.h"
 
 /* Largest injector batch a worker takes at once. */

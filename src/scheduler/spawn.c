@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "events.h"
 #include "operation.h"
 #include "blocking.h"
 #include "runtime.h"
@@ -49,6 +50,13 @@ static inline bool may_preclaim(rt_task *t)
     return w != NULL && w->rt == t->rt;
 }
 
+/* The calling thread as the events name it (events.h). */
+static inline int event_thread(void)
+{
+    rt__worker *w = rt__worker_current();
+    return w != NULL ? (int)w->index : RT__EV_FOREIGN;
+}
+
 /* Wake by value: the waker's reference becomes the run queue's when the task
  * was idle, and is dropped otherwise. */
 static void task_waker_wake(const void *data)
@@ -60,6 +68,7 @@ static void task_waker_wake(const void *data)
     }
     if (rt__task_wake_transition(t, may_preclaim(t))) {
         RT__DEBUG_YIELD();
+        RT__EV_WAKE(t->id, event_thread());
         rt__schedule(t);
     }
 }
@@ -71,6 +80,7 @@ static void task_waker_wake_by_ref(const void *data)
         return;
     if (rt__task_state_wake_by_ref(t, may_preclaim(t))) {
         RT__DEBUG_YIELD();
+        RT__EV_WAKE(t->id, event_thread());
         rt__schedule(t);
     }
 }
@@ -184,6 +194,7 @@ out:
         return err;
     if (handle != NULL)
         *handle = t;
+    RT__EV_SPAWN(t->id, w != NULL ? (int)w->index : RT__EV_FOREIGN);
     /* Publishing the task on a run queue is the last step: from here on a
      * worker may run, complete and release it. */
     rt__schedule(t);

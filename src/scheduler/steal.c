@@ -78,6 +78,7 @@ rt_task *rt__steal_from_others(rt__worker *w)
                 break;
             if (item != RT_DEQUE_LOST) {
                 rt__stat_add(&w->stats.steals, 1);
+                RT__EV_STEAL(((rt_task *)item)->id, w->index, victim);
                 return item;
             }
         }

@@ -225,7 +225,9 @@ static void run_task(rt__worker *w, rt_task *t)
     w->own.current = t;
     w->own.current_notified = false;
     rt__budget_open(w->budget_limit);
+    RT__EV_POLL_START(t->id, w->index);
     rt_poll r = t->u.poll(t->future_state, &cx, &out);
+    RT__EV_POLL_END(t->id, w->index, r == RT_READY);
     rt__budget_close();
 
     if (r == RT_READY) {
