@@ -188,7 +188,7 @@ static void reader_drop(rt_future *f)
     RT_DROP(&((struct reader *)f)->rd); /* gives back the waker it left in the rt_io */
 }
 
-static const rt_future_vtable reader_vtable = {reader_poll, reader_drop};
+static const rt_future_vtable reader_vtable = {reader_poll, reader_drop, NULL};
 
 static void reader_init(struct reader *r, rt_io *io, uint8_t *buf, size_t want)
 {

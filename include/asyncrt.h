@@ -11,6 +11,7 @@
 #include "asyncrt/runtime.h"
 #include "asyncrt/task.h"
 #include "asyncrt/metrics.h"
+#include "asyncrt/diag.h"
 #include "asyncrt/timer.h"
 #include "asyncrt/io.h"
 #include "asyncrt/net.h"
@@ -23,5 +24,6 @@
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"
 #include "asyncrt/group.h"
+#include "asyncrt/trace.h"
 
 #endif

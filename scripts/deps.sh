@@ -2,7 +2,7 @@
 # asyncrt builds with are installed. As root it installs what is missing with
 # apt-get; otherwise it prints the exact apt-get line and stops.
 
-ASYNCRT_PACKAGES="gcc libc6-dev pkg-config meson ninja-build libck-dev liburcu-dev libcriterion-dev"
+ASYNCRT_PACKAGES="gcc libc6-dev pkg-config meson ninja-build libck-dev liburcu-dev libcriterion-dev systemtap-sdt-dev"
 
 asyncrt_missing_packages() {
     local missing="" p

@@ -29,6 +29,31 @@ static void read_worker(const rt__worker *w, rt_worker_metrics *m)
     m->deque_high_water = rt__load_relaxed_u64(&s->deque_high_water);
     m->spills = rt__load_relaxed_u64(&s->spills);
     m->reactor_yields = rt__load_relaxed_u64(&s->reactor_yields);
+    m->lost_wakeups = rt__load_relaxed_u64(&s->lost_wakeups);
+    for (unsigned b = 0; b < RT_HIST_BUCKETS; b++) {
+        m->poll_ns_hist[b] = rt__load_relaxed_u64(&s->poll_ns_hist[b]);
+        m->sched_delay_hist[b] = rt__load_relaxed_u64(&s->sched_delay_hist[b]);
+    }
+}
+
+/* One histogram on one line: the non-empty buckets as floor:count. */
+static void print_hist(FILE *out, const char *what, const uint64_t *hist)
+{
+    fprintf(out, "  %s:", what);
+    for (unsigned b = 0; b < RT_HIST_BUCKETS; b++) {
+        if (hist[b] == 0)
+            continue;
+        uint64_t floor = rt_hist_bucket_floor_ns(b);
+        if (floor >= 1000000)
+            fprintf(out, " >=%llums:%llu", (unsigned long long)(floor / 1000000),
+                    (unsigned long long)hist[b]);
+        else if (floor >= 1000)
+            fprintf(out, " >=%lluus:%llu", (unsigned long long)(floor / 1000),
+                    (unsigned long long)hist[b]);
+        else
+            fprintf(out, " <1us:%llu", (unsigned long long)hist[b]);
+    }
+    fputc('\n', out);
 }
 
 RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
@@ -42,7 +67,9 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
         snap.spawned += rt__load_relaxed_u64(&w->registry.spawned);
         snap.completed += rt__load_relaxed_u64(&w->completed);
         snap.cancelled += rt__load_relaxed_u64(&w->cancelled);
+        snap.lost_wakeups += rt__load_relaxed_u64(&w->stats.lost_wakeups);
     }
+    snap.stalls = rt__load_relaxed_u64(&rt->stalls);
     for (unsigned i = 0; i < rt->nforeign; i++)
         snap.spawned += rt__load_relaxed_u64(&rt->foreign[i].registry.spawned);
     snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);
@@ -99,6 +126,19 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
                 (unsigned long long)w.parks, (unsigned long long)w.unparks,
                 (unsigned long long)w.deque_high_water, (unsigned long long)w.spills,
                 (unsigned long long)w.reactor_yields);
+    }
+    if (m.lost_wakeups > 0 || m.stalls > 0)
+        fprintf(out, "diagnostics: %llu lost wake-ups, %llu stalls reported\n",
+                (unsigned long long)m.lost_wakeups, (unsigned long long)m.stalls);
+    if (rt->config.poll_timing) {
+        fprintf(out, "poll durations and scheduling delays (log2 buckets, floor:count):\n");
+        for (unsigned i = 0; i < rt->nworkers; i++) {
+            rt_worker_metrics w;
+            read_worker(&rt->workers[i], &w);
+            fprintf(out, "worker %u\n", i);
+            print_hist(out, "poll", w.poll_ns_hist);
+            print_hist(out, "delay", w.sched_delay_hist);
+        }
     }
     return ferror(out) ? -EIO : 0;
 }

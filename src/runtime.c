@@ -12,6 +12,7 @@
 #include "io_internal.h"
 #include "runtime.h"
 #include "spawning.h"
+#include "trace.h"
 
 RT_EXPORT void rt_config_init(rt_config *cfg)
 {
@@ -43,7 +44,7 @@ static void destroy_shards(rt_runtime *rt, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
         pthread_mutex_destroy(&rt->foreign[i].lock);
-        free(rt->foreign[i].registry.tasks);
+        free(rt->foreign[i].registry.entries);
         rt__block_cache_clear(&rt->foreign[i].cache);
     }
     free(rt->foreign);
@@ -56,7 +57,7 @@ static void destroy(rt_runtime *rt)
     for (unsigned i = 0; i < rt->nworkers; i++) {
         if (rt->workers[i].inbox_ready)
             rt__injector_destroy(&rt->workers[i].inbox);
-        free(rt->workers[i].registry.tasks);
+        free(rt->workers[i].registry.entries);
         rt__block_cache_clear(&rt->workers[i].own.cache);
     }
     rt__block_pool_detach();
@@ -102,6 +103,20 @@ static int init_shards(rt_runtime *rt)
     return 0;
 }
 
+/* ASYNCRT_STALL_MS as nanoseconds, when it holds a positive number of
+ * milliseconds; else 0. */
+static int64_t stall_ns_from_env(void)
+{
+    const char *v = getenv("ASYNCRT_STALL_MS");
+    if (v == NULL || *v == '\0')
+        return 0;
+    char *end;
+    long long ms = strtoll(v, &end, 10);
+    if (*end != '\0' || ms <= 0 || ms > INT64_MAX / 1000000)
+        return 0;
+    return (int64_t)ms * 1000000;
+}
+
 RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
 {
     if (out == NULL)
@@ -112,8 +127,10 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     if (cfg == NULL)
         cfg = &defaults;
     if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0 ||
-        cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0)
+        cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0 ||
+        cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1)
         return -EINVAL;
+    int64_t stall_ns = cfg->stall_ns > 0 ? cfg->stall_ns : stall_ns_from_env();
 
     rt_runtime *rt = rt__aligned_alloc(RT_CACHELINE, sizeof(*rt));
     if (rt == NULL)
@@ -165,6 +182,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         w->index = i;
         w->own.rng = 0x9e3779b9u * (i + 1);
         w->budget_limit = cfg->budget;
+        w->watched = stall_ns > 0;
     }
     /* The runtime's threads block SIGPIPE (they inherit the mask): a write
      * to a pipe whose reader is gone returns -EPIPE instead of killing the
@@ -183,12 +201,20 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
         goto fail_io;
     }
+    /* Before the workers: it only reads what they write. */
+    if (stall_ns > 0 && (err = rt__watchdog_start(rt, stall_ns, &rt->watchdog)) < 0) {
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        rt__reactor_stop(&rt->reactor);
+        destroy(rt);
+        return err;
+    }
     for (unsigned i = 0; i < rt->nworkers; i++) {
         int perr =
             rt__pthread_create(&rt->workers[i].thread, NULL, rt__worker_main, &rt->workers[i]);
         if (perr != 0) {
             pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             stop_and_join_workers(rt);
+            rt__watchdog_stop(rt->watchdog);
             rt__reactor_stop(&rt->reactor);
             destroy(rt);
             return perr == EAGAIN ? -EAGAIN : -perr;
@@ -243,6 +269,9 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
         rt->foreign[i].closed = true;
         pthread_mutex_unlock(&rt->foreign[i].lock);
     }
+    rt__watchdog_stop(rt->watchdog);
+    rt->watchdog = NULL;
+    rt__trace_shutdown(rt);
     stop_and_join_workers(rt);
 
     /* Cancel every task that has not finished. The counts stay readable:
@@ -289,8 +318,14 @@ RT_EXPORT int rt_runtime_free(rt_runtime *rt)
     return 0;
 }
 
-RT_EXPORT int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                          size_t size, void **value)
+RT_EXPORT int(rt_block_on)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                           size_t size, void **value)
+{
+    return rt_block_on_at(NULL, rt, poll, drop, state, size, value);
+}
+
+RT_EXPORT int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                             const void *state, size_t size, void **value)
 {
     if (rt == NULL)
         return -EINVAL;
@@ -302,7 +337,7 @@ RT_EXPORT int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, cons
     if (tw == NULL)
         return -ENOMEM;
     rt_task *handle;
-    int err = rt_spawn(rt, poll, drop, state, size, &handle);
+    int err = rt_spawn_ex_at(site, rt, NULL, poll, drop, state, size, &handle);
     if (err == 0)
         err = rt__task_wait_with(handle, tw, -1, value);
     rt__thread_waker_release(tw);

@@ -398,7 +398,7 @@ static void observed_drop(rt_future *f)
     rt_future_drop(((struct observed *)f)->inner);
 }
 
-static const rt_future_vtable observed_vtable = {observed_poll, observed_drop};
+static const rt_future_vtable observed_vtable = {observed_poll, observed_drop, NULL};
 
 static void observe(struct observed *o, rt_future *inner, int point)
 {

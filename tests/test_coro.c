@@ -64,7 +64,7 @@ static void countdown_op_drop(rt_future *f)
     ((struct countdown_op *)f)->drops++;
 }
 
-static const rt_future_vtable countdown_op_vtable = {countdown_op_poll, countdown_op_drop};
+static const rt_future_vtable countdown_op_vtable = {countdown_op_poll, countdown_op_drop, NULL};
 
 static void countdown_op_init(struct countdown_op *op, int remaining, int64_t value)
 {

@@ -77,7 +77,7 @@ static void probe_op_drop(rt_future *f)
     ((struct probe_op *)f)->drops++;
 }
 
-static const rt_future_vtable probe_op_vtable = {probe_op_poll, probe_op_drop};
+static const rt_future_vtable probe_op_vtable = {probe_op_poll, probe_op_drop, NULL};
 
 static void probe_op_init(struct probe_op *op, bool ready, int64_t value)
 {

@@ -61,7 +61,7 @@ static void never_op_drop(rt_future *f)
     atomic_fetch_add(&n->drops, 1);
 }
 
-static const rt_future_vtable never_op_vtable = {never_op_poll, never_op_drop};
+static const rt_future_vtable never_op_vtable = {never_op_poll, never_op_drop, NULL};
 
 static void never_op_init(struct never_op *n)
 {
@@ -84,7 +84,7 @@ static rt_poll ready_op_poll(rt_future *f, rt_context *cx)
     return rt_future_finish(f, r->value);
 }
 
-static const rt_future_vtable ready_op_vtable = {ready_op_poll, NULL};
+static const rt_future_vtable ready_op_vtable = {ready_op_poll, NULL, NULL};
 
 static void ready_op_init(struct ready_op *r, int64_t value)
 {
@@ -119,7 +119,7 @@ static void sleep_op_drop(rt_future *f)
     RT_DROP(&o->s);
 }
 
-static const rt_future_vtable sleep_op_vtable = {sleep_op_poll, sleep_op_drop};
+static const rt_future_vtable sleep_op_vtable = {sleep_op_poll, sleep_op_drop, NULL};
 
 static int sleep_op_init(struct sleep_op *o, rt_runtime *rt, int64_t duration)
 {

@@ -62,11 +62,20 @@ typedef struct rt_guard {
     void (*release)(struct rt_guard *); /* gives back what is held */
 } rt_guard;
 
+/* Where a coroutine's code is: recorded by RT_CORO_BEGIN (a static of the
+ * poll function), so that a task dump can say "server.c:88 in
+ * handle_client" for the line a coroutine waits at. */
+typedef struct rt_coro_site {
+    const char *file;     /* __FILE__ */
+    const char *function; /* __func__ */
+} rt_coro_site;
+
 /* The resume point of one coroutine, and what it must clean up. */
 typedef struct rt_coro {
-    int line;            /* 0: not started; RT_CORO_DONE: finished; else resume */
-    rt_future *awaiting; /* the operation in flight, or NULL */
-    rt_guard *held;      /* guards held, newest first */
+    int line;                 /* 0: not started; RT_CORO_DONE: finished; else resume */
+    rt_future *awaiting;      /* the operation in flight, or NULL */
+    rt_guard *held;           /* guards held, newest first */
+    const rt_coro_site *site; /* the poll function's file and name, or NULL */
 } rt_coro;
 
 /* Value of rt_coro.line once the coroutine has returned. */
@@ -92,8 +101,26 @@ void rt_coro_hold(rt_coro *co, rt_guard *g);
  * second release does nothing. co or g NULL: a no-op. */
 void rt_coro_release(rt_coro *co, rt_guard *g);
 
-/* Opens the coroutine body; resumes at the last suspension point. */
+/* Called by RT_CORO_BEGIN on a coroutine's first poll: when `co` is at
+ * the start of the state of the task being polled, marks the task as a
+ * coroutine, which lets task dumps and stall reports show where it waits.
+ * Anywhere else (a coroutine nested in another's state, a future polled
+ * by hand) it does nothing. */
+void rt_coro_started(rt_coro *co);
+
+static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
+{
+    co->site = site;
+    if (co->line == 0)
+        rt_coro_started(co);
+}
+
+/* Opens the coroutine body; resumes at the last suspension point. Use it
+ * once per function, as the first thing the poll function does with co
+ * (it declares a static with the function's name and file). */
 #define RT_CORO_BEGIN(co)                                                                          \
+    static const rt_coro_site rt__coro_site_ = {__FILE__, __func__};                               \
+    rt__coro_enter((co), &rt__coro_site_);                                                         \
     switch ((co)->line) {                                                                          \
     case 0:
 

@@ -108,6 +108,7 @@ typedef void (*rt_drop_fn)(void *state);
  * One task (or thread polling by hand) polls a given operation at a time. */
 
 typedef struct rt_future rt_future;
+struct rt_wait_info;
 
 /* How a kind of operation is polled and dropped. Library operations bring
  * their own; a user may define one for an operation of their own. */
@@ -120,6 +121,14 @@ typedef struct rt_future_vtable {
      * rt_future_drop, which has already set f->result to -ECANCELED. NULL:
      * nothing to release. */
     void (*drop)(rt_future *f);
+    /* Says what the operation waits for (see rt_future_describe in diag.h):
+     * fills *info from the operation's own fields, or from fields of the
+     * objects it refers to that never change while it waits, never from
+     * anything another thread may be writing (a task dump calls it on a
+     * waiting task's operation from another thread, with the task held so
+     * that it is not polled meanwhile). Must not block, allocate or wake.
+     * NULL: the dump names the operation by its kind only. */
+    void (*describe)(const rt_future *f, struct rt_wait_info *info);
 } rt_future_vtable;
 
 /* The common header. NULL vtable: a zeroed operation, never initialised. */

@@ -77,6 +77,14 @@ int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *
 int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
                    const void *state, size_t size, uint64_t *id);
 
+/* rt_group_spawn recording `site` ("file:line", static storage, or NULL) as
+ * where the child was spawned, for task dumps (diag.h). The macro below
+ * makes every rt_group_spawn call pass its own file and line. */
+int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
+                      rt_drop_fn drop, const void *state, size_t size, uint64_t *id);
+#define rt_group_spawn(g, opts, poll, drop, state, size, id)                                       \
+    rt_group_spawn_at(RT_HERE, (g), (opts), (poll), (drop), (state), (size), (id))
+
 /* Children not collected yet: running ones plus finished ones waiting for
  * rt_group_next (0 for NULL). */
 size_t rt_group_len(rt_group *g);

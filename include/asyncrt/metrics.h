@@ -22,6 +22,17 @@
 extern "C" {
 #endif
 
+/* Buckets of the latency histograms: bucket 0 counts durations under
+ * 1024 ns, bucket i (1 <= i < RT_HIST_BUCKETS - 1) those in
+ * [2^(9+i), 2^(10+i)) ns, and the last one everything from 2^32 ns (4.3 s). */
+#define RT_HIST_BUCKETS 24
+
+/* The lowest duration (ns) bucket i counts: 0, 1024, 2048, 4096, ... */
+static inline uint64_t rt_hist_bucket_floor_ns(unsigned i)
+{
+    return i == 0 ? 0 : (uint64_t)1 << (9 + i);
+}
+
 /* What one worker has done since the runtime started. */
 typedef struct rt_worker_metrics {
     uint64_t polls;            /* task polls (including the final one) */
@@ -34,6 +45,13 @@ typedef struct rt_worker_metrics {
     uint64_t spills;           /* times its full deque moved half to the injector */
     uint64_t reactor_yields;   /* times it gave its CPU to a reactor overdue by 0.5 ms
                                   (a sign the machine has fewer cores than busy threads) */
+    uint64_t lost_wakeups;     /* lost wake-ups its registry sweeps found (diag.h) */
+    /* With rt_config.poll_timing (all zero otherwise): how long its polls
+     * took, and how long tasks waited from being queued (spawned, woken,
+     * or requeued after a yield) to the start of their poll here, in log2
+     * buckets: see rt_hist_bucket_floor_ns. */
+    uint64_t poll_ns_hist[RT_HIST_BUCKETS];
+    uint64_t sched_delay_hist[RT_HIST_BUCKETS];
 } rt_worker_metrics;
 
 /* Runtime totals. */
@@ -51,6 +69,9 @@ typedef struct rt_metrics {
     uint64_t reactor_turns;     /* epoll waits it returned from */
     uint64_t reactor_io_events; /* descriptor events those waits reported */
     uint64_t reactor_naps;      /* times it napped (rt_config.reactor_nap_ns) */
+    /* Diagnostics (diag.h). */
+    uint64_t lost_wakeups; /* waiting tasks found with no waker left */
+    uint64_t stalls;       /* polls reported as running too long */
 } rt_metrics;
 
 /* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time

@@ -21,6 +21,7 @@ extern "C" {
 #endif
 
 typedef struct rt_runtime rt_runtime;
+struct rt_report;
 
 /* How a runtime is built. Fill it with rt_config_init, then change fields;
  * fields are only ever added at the end. */
@@ -80,6 +81,29 @@ typedef struct rt_config {
      * batch of 2 or more events. 0 turns naps off (every event wakes the
      * reactor at once). >= 0. Default 500 us. */
     int64_t reactor_nap_ns;
+
+    /* ---- Diagnostics (diag.h) ---- */
+
+    /* Time every poll: per-task poll counts, busy and idle time in task
+     * dumps, and the per-worker histograms of poll durations and scheduling
+     * delays in rt_worker_metrics. Costs two clock readings per poll and
+     * one per wake, and every task of the runtime is allocated with malloc
+     * rather than from the task block cache (docs/debugging.md has the
+     * measured cost). Default 0 (off); 1: on. */
+    int poll_timing;
+    /* Report a poll that has run longer than this (a task that blocks its
+     * worker: a blocking call, a long computation) through `report`, once,
+     * then again each time it has run this long again. A watchdog thread
+     * samples the workers every stall_ns / 4 (so a stall is seen within
+     * 1.25 stall_ns); it costs the polls nothing. 0: off, unless the
+     * environment variable ASYNCRT_STALL_MS holds a positive number of
+     * milliseconds (read by rt_runtime_new). Default 0. >= 0. */
+    int64_t stall_ns;
+    /* Where stall and lost wake-up reports go (diag.h, rt_report_fn).
+     * NULL: rt_report_print (one line on standard error). Lost wake-ups
+     * are always looked for, by the workers' registry sweeps. */
+    void (*report)(const struct rt_report *report, void *arg);
+    void *report_arg; /* passed to `report` */
 } rt_config;
 
 /* Largest accepted rt_config.workers. */
@@ -156,6 +180,16 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
  * Any thread that is not a worker. */
 int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                 void **value);
+
+/* rt_block_on recording `site` ("file:line" with static storage, or NULL)
+ * as where the task was spawned (task.h, "Spawn sites"). */
+int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                   const void *state, size_t size, void **value);
+#define rt_block_on(rt, poll, drop, state, size, value)                                            \
+    rt_block_on_at(__FILE__ ":" RT__BLOCK_ON_STR(__LINE__), (rt), (poll), (drop), (state), (size), \
+                   (value))
+#define RT__BLOCK_ON_STR(x) RT__BLOCK_ON_STR_(x)
+#define RT__BLOCK_ON_STR_(x) #x
 
 #ifdef __cplusplus
 }

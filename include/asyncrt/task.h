@@ -48,6 +48,19 @@ typedef struct rt_task rt_task;
 int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
              rt_task **handle);
 
+/* ---- Spawn sites -----------------------------------------------------------
+ *
+ * The spawn functions are also macros of the same name that pass the
+ * caller's file and line to an _at variant, so that a task dump (diag.h)
+ * says where every task was spawned at the cost of one pointer argument.
+ * The functions themselves stay callable, without a site, through their
+ * address or in parentheses: (rt_spawn)(rt, ...). */
+
+/* "file.c:123" of where it is expanded: a string literal. */
+#define RT_HERE __FILE__ ":" RT__STRINGIFY(__LINE__)
+#define RT__STRINGIFY(x) RT__STRINGIFY_(x)
+#define RT__STRINGIFY_(x) #x
+
 /* Awaiting a task: an operation (see future.h) that owns the join handle
  * from its init on. It finishes with result 0 and the task's result in
  * `value`, or with -ECANCELED (`value` NULL) when the task was aborted or
@@ -152,6 +165,22 @@ int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, r
  * rt_spawn_ex. */
 int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                    rt_task **handle);
+
+/* rt_spawn_ex recording `site` ("file:line" with static storage, or NULL)
+ * as where the task was spawned. What the spawn macros call. */
+int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
+                   rt_drop_fn drop, const void *state, size_t size, rt_task **handle);
+
+/* rt_spawn_local recording `site`. */
+int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                      const void *state, size_t size, rt_task **handle);
+
+#define rt_spawn(rt, poll, drop, state, size, handle)                                              \
+    rt_spawn_ex_at(RT_HERE, (rt), NULL, (poll), (drop), (state), (size), (handle))
+#define rt_spawn_ex(rt, opts, poll, drop, state, size, handle)                                     \
+    rt_spawn_ex_at(RT_HERE, (rt), (opts), (poll), (drop), (state), (size), (handle))
+#define rt_spawn_local(rt, poll, drop, state, size, handle)                                        \
+    rt_spawn_local_at(RT_HERE, (rt), (poll), (drop), (state), (size), (handle))
 
 /* ---- Task identity ---------------------------------------------------------
  *

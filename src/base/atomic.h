@@ -90,6 +90,10 @@ static inline uint64_t rt__faa_u64(uint64_t *p, uint64_t delta)
 {
     return __atomic_fetch_add(p, delta, __ATOMIC_SEQ_CST);
 }
+static inline void rt__fao_u64(uint64_t *p, uint64_t bits)
+{
+    __atomic_fetch_or(p, bits, __ATOMIC_SEQ_CST);
+}
 static inline uint32_t rt__load_relaxed_u32(const uint32_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -211,6 +215,14 @@ static inline uint64_t rt__faa_u64(uint64_t *p, uint64_t delta)
     ck_pr_fence_atomic_load();
     ck_pr_fence_atomic_store();
     return old;
+}
+static inline void rt__fao_u64(uint64_t *p, uint64_t bits)
+{
+    ck_pr_fence_store_atomic();
+    ck_pr_fence_load_atomic();
+    ck_pr_or_64(p, bits);
+    ck_pr_fence_atomic_load();
+    ck_pr_fence_atomic_store();
 }
 static inline uint32_t rt__load_relaxed_u32(const uint32_t *p)
 {

@@ -7,6 +7,7 @@
 #define RT_SRC_SPINLOCK_H
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "atomic.h"
@@ -35,6 +36,13 @@ static inline void rt__spin_lock(rt__spinlock *l)
         while (rt__load_relaxed_u32(&l->held) != 0)
             rt__spin_backoff(&spins);
     }
+}
+
+/* Takes the lock if it is free; false, without waiting, if it is held. */
+static inline bool rt__spin_trylock(rt__spinlock *l)
+{
+    uint32_t expected = 0;
+    return rt__load_relaxed_u32(&l->held) == 0 && rt__cas_u32(&l->held, &expected, 1);
 }
 
 static inline void rt__spin_unlock(rt__spinlock *l)

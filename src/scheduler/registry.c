@@ -9,25 +9,44 @@
 
 #define RT_REGISTRY_MIN_CAP 256
 
-void rt__registry_sweep(rt__registry *r, rt__block_cache *cache)
+unsigned rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
+                            unsigned lost_cap)
 {
+    /* A dump is copying the entries: this sweep can wait for the next. */
+    if (!rt__spin_trylock(&r->lock))
+        return 0;
+    unsigned nlost = 0;
     uint32_t kept = 0;
     for (uint32_t i = 0; i < r->len; i++) {
-        rt_task *t = r->tasks[i];
+        rt__registry_entry e = r->entries[i];
+        rt_task *t = rt__registry_task(&e);
         /* Acquire pairs with the completer's release of COMPLETE: its last
          * accesses to the task happen before our unref may free it. */
         uint64_t st = rt__load_acquire_u64(&t->state);
         if (st & RT__TASK_COMPLETE) {
             /* Sole owner of a finished task: nobody can take a new reference
              * without holding one, so no atomic is needed to free it. */
-            if ((st >> RT__TASK_REF_SHIFT) == 1)
+            if (rt__task_refcount(st) == 1)
                 rt__task_recycle(cache, t);
             else
                 rt__task_unref(t, 1);
-        } else
-            r->tasks[kept++] = t;
+            continue;
+        }
+        if (lost != NULL && nlost < lost_cap && !(e.task & RT__REGISTRY_REPORTED) &&
+            rt__task_lost(st, 0)) {
+            /* Lost for good (see rt__task_lost): reported once. The
+             * reference lets the caller look at it after the unlock. */
+            e.task |= RT__REGISTRY_REPORTED;
+            rt__task_state_ref(t);
+            lost[nlost].task = (uintptr_t)t;
+            lost[nlost].site = e.site;
+            nlost++;
+        }
+        r->entries[kept++] = e;
     }
-    r->len = kept;
+    rt__store_release_u32(&r->len, kept);
+    rt__spin_unlock(&r->lock);
+    return nlost;
 }
 
 /* Tasks of the runtime that have finished so far (relaxed sum of the
@@ -41,7 +60,8 @@ static uint64_t finished_so_far(rt_runtime *rt)
     return n;
 }
 
-int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_cache *cache)
+int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
+                        rt__block_cache *cache)
 {
     /* Sweep once as many tasks were registered as were alive after the last
      * sweep (at least RT_REGISTRY_MIN_CAP): each sweep's scan is paid for by
@@ -56,18 +76,26 @@ int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_c
         sweep = finished_so_far(rt) - r->finished_at_sweep >= r->len / 2;
     if (sweep) {
         r->finished_at_sweep = finished_so_far(rt);
-        rt__registry_sweep(r, cache);
+        rt__registry_sweep(r, cache, NULL, 0);
         r->sweep_at = 2 * r->len > RT_REGISTRY_MIN_CAP ? 2 * r->len : RT_REGISTRY_MIN_CAP;
     }
     if (r->len == r->cap) {
         uint32_t cap = r->cap != 0 ? r->cap * 2 : RT_REGISTRY_MIN_CAP;
-        rt_task **grown = rt__realloc(r->tasks, (size_t)cap * sizeof(*grown));
+        /* The array moves: not while a dump copies it. */
+        rt__spin_lock(&r->lock);
+        rt__registry_entry *grown = rt__realloc(r->entries, (size_t)cap * sizeof(*grown));
+        if (grown != NULL) {
+            r->entries = grown;
+            r->cap = cap;
+        }
+        rt__spin_unlock(&r->lock);
         if (grown == NULL)
             return -ENOMEM;
-        r->tasks = grown;
-        r->cap = cap;
     }
-    r->tasks[r->len++] = t;
+    r->entries[r->len].task = (uintptr_t)t;
+    r->entries[r->len].site = site;
+    /* Release: a dump that reads the new length (acquire) reads the entry. */
+    rt__store_release_u32(&r->len, r->len + 1);
     rt__store_relaxed_u64(&r->spawned, r->spawned + 1);
     return 0;
 }
@@ -76,15 +104,15 @@ unsigned rt__registry_cancel_all(rt__registry *r)
 {
     unsigned cancelled = 0;
     for (uint32_t i = 0; i < r->len; i++) {
-        rt_task *t = r->tasks[i];
+        rt_task *t = rt__registry_task(&r->entries[i]);
         if (!(rt__load_acquire_u64(&t->state) & RT__TASK_COMPLETE)) {
             rt__task_cancel_at_shutdown(t);
             cancelled++;
         }
         rt__task_unref(t, 1);
     }
-    free(r->tasks);
-    r->tasks = NULL;
+    free(r->entries);
+    r->entries = NULL;
     r->len = r->cap = 0;
     return cancelled;
 }
@@ -108,26 +136,34 @@ static bool sweep_worthwhile(const rt__registry *r, uint64_t polls)
 
 void rt__registry_sweep_idle(rt__worker *w)
 {
+    /* Lost wake-ups are looked for here, where no lock is held and the
+     * worker has nothing better to do, and reported after the sweep. */
+    rt__registry_entry lost[RT__LOST_PER_SWEEP];
+    unsigned nlost = 0;
     uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
     if (sweep_worthwhile(&w->registry, polls)) {
-        rt__registry_sweep(&w->registry, &w->own.cache);
+        nlost = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
         w->registry.polls_at_sweep = polls;
     }
-    /* Foreign-spawned tasks run on every worker: use the total polls. Each
-     * worker looks after the shards index, index + nworkers, ..., so every
-     * shard has a sweeper whatever the number of workers. */
+    /* Foreign-spawned tasks run on every worker: use the total polls. Every
+     * worker about to park looks at every shard (a shard swept lately is
+     * not worth it and is skipped), so that the last worker to go to sleep
+     * sees the state the last polls left, lost wake-ups included. */
     rt_runtime *rt = w->rt;
     uint64_t all = 0;
     for (unsigned i = 0; i < rt->nworkers; i++)
         all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
-    for (unsigned s = w->index; s < rt->nforeign; s += rt->nworkers) {
+    for (unsigned s = 0; s < rt->nforeign; s++) {
         rt__foreign_shard *sh = &rt->foreign[s];
         if (pthread_mutex_trylock(&sh->lock) != 0)
             continue;
         if (sweep_worthwhile(&sh->registry, all)) {
-            rt__registry_sweep(&sh->registry, &sh->cache);
+            nlost += rt__registry_sweep(&sh->registry, &sh->cache, lost + nlost,
+                                        RT__LOST_PER_SWEEP - nlost);
             sh->registry.polls_at_sweep = all;
         }
         pthread_mutex_unlock(&sh->lock);
     }
+    if (nlost > 0)
+        rt__report_lost(w, lost, nlost);
 }

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "block_cache.h"
+#include "spinlock.h"
 #include "task_internal.h"
 
 /* ---- Registry of live tasks ----------------------------------------------
@@ -21,23 +22,65 @@
  * reference to each task and drops it when a sweep finds the task COMPLETE;
  * the owner sweeps when its array is full and before it parks. Besides
  * keeping locks and shared cache lines off the completion path, this frees
- * most tasks on the thread that allocated them, which malloc likes. */
+ * most tasks on the thread that allocated them, which malloc likes.
+ *
+ * Each entry also keeps where the task was spawned, for task dumps
+ * (dump.c), which read a registry from any thread: the owner appends
+ * without a lock (it writes the entry, then publishes `len` with a release
+ * store that the dump's acquire load pairs with), and takes `lock` only to
+ * sweep or grow, which move entries or the array; a dump holds `lock`
+ * while it copies the entries [0, len). The owner never waits for a sweep:
+ * it skips one while a dump copies. */
+typedef struct rt__registry_entry {
+    uintptr_t task;   /* the registered rt_task *, | RT__REGISTRY_REPORTED */
+    const char *site; /* "file:line" of its spawn, or NULL */
+} rt__registry_entry;
+
+/* Low bit of an entry's task: reported as a lost wake-up already. */
+#define RT__REGISTRY_REPORTED ((uintptr_t)1)
+
+static inline rt_task *rt__registry_task(const rt__registry_entry *e)
+{
+    return (rt_task *)(e->task & ~RT__REGISTRY_REPORTED);
+}
+
+/* Whether a task's state word says it waits while no waker for it exists:
+ * idle (neither queued, running, finished nor cancelled) and referenced
+ * only by the registry, its join handle if it has one, and `extra` more
+ * references the caller itself holds. Nothing can then ever wake it: only
+ * a waker clone takes a reference without holding one already. */
+static inline bool rt__task_lost(uint64_t s, uint64_t extra)
+{
+    const uint64_t busy =
+        RT__TASK_RUNNING | RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED;
+    uint64_t runtime_refs = 1 + ((s & RT__TASK_JOIN_INTEREST) ? 1 : 0) + extra;
+    return !(s & busy) && rt__task_refcount(s) == runtime_refs;
+}
+
 typedef struct rt__registry {
-    rt_task **tasks;            /* registered tasks, unordered */
-    uint32_t len;               /* entries in use */
-    uint32_t cap;               /* entries allocated */
-    uint32_t sweep_at;          /* sweep when len reaches this */
-    uint64_t finished_at_sweep; /* the runtime's finished tasks then (a hint) */
-    uint64_t spawned;           /* tasks ever registered (relaxed; read by metrics) */
-    uint64_t polls_at_sweep;    /* the sweeper's poll count at the last sweep */
+    rt__registry_entry *entries; /* registered tasks, unordered */
+    uint32_t len;                /* entries in use (release-stored by the owner) */
+    uint32_t cap;                /* entries allocated */
+    uint32_t sweep_at;           /* sweep when len reaches this */
+    uint64_t finished_at_sweep;  /* the runtime's finished tasks then (a hint) */
+    uint64_t spawned;            /* tasks ever registered (relaxed; read by metrics) */
+    uint64_t polls_at_sweep;     /* the sweeper's poll count at the last sweep */
+    rt__spinlock lock;           /* moves of the entries vs a dump's copy (above) */
 } rt__registry;
 
-/* Registers `t` (taking over one of its references). Sweeps or grows when
- * full. -ENOMEM when it cannot grow. Caller: the owner / the shard lock. */
-int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, rt__block_cache *cache);
+/* Registers `t` (taking over one of its references), spawned at `site`.
+ * Sweeps or grows when full. -ENOMEM when it cannot grow. Caller: the
+ * owner / the shard lock. */
+int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
+                        rt__block_cache *cache);
 /* Drops the references of the COMPLETE tasks; blocks freed go to `cache`.
- * Caller: owner / shard lock. */
-void rt__registry_sweep(rt__registry *r, rt__block_cache *cache);
+ * Tasks found waiting with no waker left (lost wake-ups) are reported once
+ * through rt->config.report when `lost` is not NULL: up to `lost_cap` of
+ * them are stored there, each with a reference, for the caller to report
+ * (rt__report_lost) once it holds no lock; returns how many. Skipped (0)
+ * while a dump copies the entries. Caller: owner / shard lock. */
+unsigned rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
+                            unsigned lost_cap);
 /* Shutdown: cancels every unfinished task (its drop runs), then releases all
  * references and the array. Returns how many were cancelled. Only after every
  * worker has exited. */

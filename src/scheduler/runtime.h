@@ -70,7 +70,12 @@ struct rt_runtime {
     struct rt__blocking_pool *blocking;
     uint64_t blocking_abandoned;
 
-    /* Serializes rt_runtime_shutdown callers. */
+    /* The stall watchdog, or NULL; stalls it reported. */
+    struct rt__watchdog *watchdog;
+    uint64_t stalls;
+
+    /* Serializes rt_runtime_shutdown callers, and keeps task dumps
+     * (dump.c) and shutdown apart. */
     pthread_mutex_t lifecycle_lock;
     bool shut_down;
     unsigned threads_started;
@@ -92,6 +97,23 @@ void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n);
  * injector and the wakes queue. Shutdown, once every worker has exited and
  * every task is finished. */
 void rt__scheduler_drain(rt_runtime *rt);
+
+struct rt_report;
+
+/* Sends a report to rt_config.report (or rt_report_print). dump.c. */
+void rt__report(rt_runtime *rt, const struct rt_report *rep);
+
+/* Whether task `t` (a pointer that may be stale: it is only compared) is
+ * in a registry of rt; if so takes a reference on it and sets *site to
+ * where it was spawned. dump.c, for the watchdog. */
+bool rt__find_task_ref(rt_runtime *rt, rt_task *t, const char **site);
+
+/* The stall watchdog (watchdog.c): started by rt_runtime_new when
+ * rt_config.stall_ns (or ASYNCRT_STALL_MS) asks for it; stopped and freed
+ * by shutdown. NULL when off. */
+struct rt__watchdog;
+int rt__watchdog_start(rt_runtime *rt, int64_t stall_ns, struct rt__watchdog **out);
+void rt__watchdog_stop(struct rt__watchdog *wd);
 
 /* Whether no worker of `rt` is parked or announcing its park (a seq_cst
  * snapshot of the idle word; the reactor's nap check). */

@@ -4,7 +4,11 @@
  * above it (the toolkit, the public task API). */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+
+#include <asyncrt/coro.h>
+#include <asyncrt/diag.h>
 
 #include "atomic.h"
 #include "events.h"
@@ -69,6 +73,7 @@ static void task_waker_wake(const void *data)
     if (rt__task_wake_transition(t, may_preclaim(t))) {
         RT__DEBUG_YIELD();
         RT__EV_WAKE(t->id, event_thread());
+        rt__task_note_queued(t);
         rt__schedule(t);
     }
 }
@@ -81,6 +86,7 @@ static void task_waker_wake_by_ref(const void *data)
     if (rt__task_state_wake_by_ref(t, may_preclaim(t))) {
         RT__DEBUG_YIELD();
         RT__EV_WAKE(t->id, event_thread());
+        rt__task_note_queued(t);
         rt__schedule(t);
     }
 }
@@ -119,14 +125,21 @@ static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
     return opts->worker;
 }
 
-RT_EXPORT int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
-                          rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
+RT_EXPORT int(rt_spawn_ex)(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
+                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
 {
-    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0);
+    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0, NULL);
+}
+
+RT_EXPORT int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
+                             rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                             rt_task **handle)
+{
+    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0, site);
 }
 
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id)
+              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
 {
     if (handle != NULL)
         *handle = NULL;
@@ -166,7 +179,8 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     }
     int err = -ENOMEM;
     uint64_t flags;
-    rt_task *t = rt__task_alloc(cache, size, name, pinned, &flags);
+    bool timed = rt->config.poll_timing != 0;
+    rt_task *t = rt__task_alloc(cache, size, name, pinned, timed, &flags);
     if (t == NULL)
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
@@ -174,7 +188,7 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     /* Queued already claimed (see runtime.h): the first poll needs no
      * read-modify-write to claim it. */
     t->state = flags | RT__TASK_RUNNING | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
-               refs * RT__TASK_REF_ONE;
+               (drop == rt_coro_drop ? RT__TASK_CORO : 0) | refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
     t->drop = drop;
     t->rt = rt;
@@ -182,7 +196,9 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     t->id = id != 0 ? id : rt__task_new_id();
     if (size > 0)
         memcpy(t->future_state, state, size);
-    err = rt__registry_insert(rt, registry, t, cache);
+    if (timed)
+        rt__store_relaxed_u64(&rt__task_timing_of(t)->woken_ns, (uint64_t)rt__now_ns());
+    err = rt__registry_insert(rt, registry, t, site, cache);
     if (err < 0) {
         rt__task_recycle(cache, t);
         t = NULL;
@@ -201,19 +217,25 @@ out:
     return 0;
 }
 
-RT_EXPORT int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                       size_t size, rt_task **handle)
+RT_EXPORT int(rt_spawn)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                        size_t size, rt_task **handle)
 {
-    return rt_spawn_ex(rt, NULL, poll, drop, state, size, handle);
+    return rt__spawn(rt, NULL, poll, drop, state, size, handle, 0, NULL);
 }
 
-RT_EXPORT int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                             size_t size, rt_task **handle)
+RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                                const void *state, size_t size, rt_task **handle)
 {
     rt_spawn_options opts;
     rt_spawn_options_init(&opts);
     opts.worker = RT_WORKER_CURRENT;
-    return rt_spawn_ex(rt, &opts, poll, drop, state, size, handle);
+    return rt__spawn(rt, &opts, poll, drop, state, size, handle, 0, site);
+}
+
+RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                              size_t size, rt_task **handle)
+{
+    return rt_spawn_local_at(NULL, rt, poll, drop, state, size, handle);
 }
 
 /* ---- The current task, abort and waiting ---------------------------------- */
@@ -258,6 +280,7 @@ RT_EXPORT void rt_task_abort(rt_task *task)
     case RT__TASK_ABORT_NONE:
         break;
     case RT__TASK_ABORT_SCHEDULE:
+        rt__task_note_queued(task);
         rt__schedule(task);
         break;
     case RT__TASK_ABORT_MARKED:
@@ -291,7 +314,17 @@ static void join_vdrop(rt_future *f)
     rt_task_detach(task);
 }
 
-static const rt_future_vtable join_vtable = {join_vpoll, join_vdrop};
+/* What a join waits for: the task, by id (the task itself is not read: it
+ * may be running on another worker). */
+static void join_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_task_join *op = (const rt_task_join *)f;
+    info->kind = RT_WAIT_JOIN;
+    info->task_id = rt_task_id(op->task);
+    snprintf(info->text, sizeof info->text, "join of task %llu", (unsigned long long)info->task_id);
+}
+
+static const rt_future_vtable join_vtable = {join_vpoll, join_vdrop, join_vdescribe};
 
 RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
 {

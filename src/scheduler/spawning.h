@@ -17,8 +17,9 @@ extern const rt_waker_vtable rt__task_waker_vtable;
 /* rt_spawn_ex with the task's id chosen by the caller (from
  * rt__task_new_id; 0: a new one), so that the caller knows it without
  * touching the task, which may be finished and freed by the time the spawn
- * returns. */
+ * returns; `site` is where the spawn was called ("file:line", a string
+ * with static storage, or NULL), for task dumps. */
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id);
+              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site);
 
 #endif

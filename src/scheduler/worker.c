@@ -29,6 +29,8 @@
 #include <assert.h>
 #include <sched.h>
 
+#include <asyncrt/coro.h>
+
 #include "budget.h"
 #include "scheduler.h"
 #include "spawning.h"
@@ -181,18 +183,67 @@ static void cancel_running(rt__worker *w, rt_task *t)
 {
     /* The drop runs as the task (rt_task_current_id works in it); a wake of
      * its own waker from there is harmless, the task completes next. */
-    w->own.current = t;
+    rt__store_relaxed_ptr((void **)&w->own.current, t);
     rt__task_drop_future(t);
-    w->own.current = NULL;
+    rt__store_relaxed_ptr((void **)&w->own.current, NULL);
     t->u.output = NULL;
     rt__stat_add(&w->cancelled, 1);
     rt__task_complete(t, true, 1); /* and the run queue's reference */
 }
 
+/* The log2 bucket of a duration (metrics.h, RT_HIST_BUCKETS). */
+static inline unsigned hist_bucket(uint64_t ns)
+{
+    if (ns < 1024)
+        return 0;
+    unsigned b = (unsigned)(63 - __builtin_clzll(ns)) - 9;
+    return b < RT_HIST_BUCKETS - 1 ? b : RT_HIST_BUCKETS - 1;
+}
+
+/* rt_config.poll_timing, before a poll: the scheduling delay since the task
+ * was queued, and the poll's start. Returns the start. */
+static int64_t timed_poll_start(rt__worker *w, rt_task *t)
+{
+    rt__task_timing *tm = rt__task_timing_of(t);
+    int64_t now = rt__now_ns();
+    uint64_t queued = rt__load_relaxed_u64(&tm->woken_ns);
+    if (queued != 0 && (uint64_t)now >= queued)
+        rt__stat_add(&w->stats.sched_delay_hist[hist_bucket((uint64_t)now - queued)], 1);
+    rt__store_relaxed_u64(&tm->poll_start_ns, (uint64_t)now);
+    return now;
+}
+
+/* After the poll, before the task can be queued again (so that a wake's
+ * note of when it was queued is never overwritten): the poll's duration,
+ * counted for the task and in the worker's histogram. A task the worker
+ * requeues itself (a yield) counts its delay from here. */
+static void timed_poll_end(rt__worker *w, rt_task *t, int64_t start)
+{
+    rt__task_timing *tm = rt__task_timing_of(t);
+    int64_t end = rt__now_ns();
+    uint64_t took = end > start ? (uint64_t)(end - start) : 0;
+    rt__stat_add(&w->stats.poll_ns_hist[hist_bucket(took)], 1);
+    rt__store_relaxed_u64(&tm->polls, rt__load_relaxed_u64(&tm->polls) + 1);
+    rt__store_relaxed_u64(&tm->busy_ns, rt__load_relaxed_u64(&tm->busy_ns) + took);
+    rt__store_relaxed_u64(&tm->last_end_ns, (uint64_t)end);
+    rt__store_relaxed_u64(&tm->last_worker, (uint64_t)w->index + 1);
+    rt__store_relaxed_u64(&tm->woken_ns, (uint64_t)end);
+}
+
+/* The stall watchdog is on: before a poll, note where a coroutine task
+ * resumes from, which a stall report names (the watchdog must not read
+ * the task's own state while it runs). */
+static void note_poll_origin(rt__worker *w, rt_task *t, uint64_t s)
+{
+    const rt_coro *co = (s & RT__TASK_CORO) ? (const rt_coro *)t->future_state : NULL;
+    rt__store_relaxed_u32(&w->poll_origin_line, co != NULL ? (uint32_t)co->line : 0);
+    rt__store_relaxed_ptr((void **)&w->poll_origin_site, co != NULL ? (void *)co->site : NULL);
+}
+
 /* Polls `t`, popped from a run queue with the queue's reference: claims it,
  * polls it with the worker's budget, and completes, requeues or idles it by
  * what the poll returned and what happened meanwhile. */
-static void run_task(rt__worker *w, rt_task *t)
+static bool run_task(rt__worker *w, rt_task *t)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     if (s & RT__TASK_RUNNING) {
@@ -203,7 +254,7 @@ static void run_task(rt__worker *w, rt_task *t)
         if (rt__unlikely(s & (RT__TASK_CANCELLED | RT__TASK_NOTIFIED))) {
             if (s & RT__TASK_CANCELLED) {
                 cancel_running(w, t);
-                return;
+                return false;
             }
             rt__task_state_consume_notified(t);
         }
@@ -214,31 +265,38 @@ static void run_task(rt__worker *w, rt_task *t)
                RT__TASK_NOTIFIED);
         if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
             cancel_running(w, t);
-            return;
+            return false;
         }
     }
 
     rt_context cx = {{&rt__task_waker_vtable, t}};
     void *out = NULL;
-    /* Counted here, not when popped: a cancelled task is dropped unpolled. */
-    rt__stat_add(&w->stats.polls, 1);
-    w->own.current = t;
+    int64_t start = 0;
+    if (rt__unlikely(s & RT__TASK_TIMED))
+        start = timed_poll_start(w, t);
+    if (rt__unlikely(w->watched))
+        note_poll_origin(w, t, s);
+    /* The poll count (below) and `current` are what the stall watchdog
+     * samples. */
+    rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
     rt__budget_open(w->budget_limit);
     RT__EV_POLL_START(t->id, w->index);
     rt_poll r = t->u.poll(t->future_state, &cx, &out);
     RT__EV_POLL_END(t->id, w->index, r == RT_READY);
     rt__budget_close();
+    if (rt__unlikely(s & RT__TASK_TIMED))
+        timed_poll_end(w, t, start);
 
     if (r == RT_READY) {
         t->u.output = out;
         rt__task_drop_future(t);
-        w->own.current = NULL;
+        rt__store_relaxed_ptr((void **)&w->own.current, NULL);
         rt__stat_add(&w->completed, 1);
         rt__task_complete(t, false, 1); /* and the run queue's reference */
-        return;
+        return true;
     }
-    w->own.current = NULL;
+    rt__store_relaxed_ptr((void **)&w->own.current, NULL);
 
     if (w->own.current_notified) {
         /* A yield: requeue behind the other runnable tasks, keeping RUNNING
@@ -248,7 +306,7 @@ static void run_task(rt__worker *w, rt_task *t)
             cancel_running(w, t);
         else
             rt__defer(w, t);
-        return;
+        return true;
     }
 
     /* Pending: back to idle, unless woken or aborted during the poll. */
@@ -262,6 +320,7 @@ static void run_task(rt__worker *w, rt_task *t)
     case RT__TASK_IDLE:
         break;
     }
+    return true;
 }
 
 static rt_task *search(rt__worker *w)
@@ -295,7 +354,13 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             rt__transition_from_searching(w);
             uint64_t readings = rt__tls_clock.count;
-            run_task(w, t);
+            /* Counted once the poll and the state change after it are over
+             * (a task dropped unpolled is not counted): the stall watchdog
+             * sees the count unchanged through one poll, and a sweep that
+             * saw the task running has a poll to make the next sweep
+             * worthwhile (registry.c). */
+            if (run_task(w, t))
+                rt__stat_add(&w->stats.polls, 1);
             /* The batch's age is checked after every poll while a batch
              * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
              * about two polls at most (reactor.h). A poll that read the

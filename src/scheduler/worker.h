@@ -25,7 +25,8 @@
  * a lock. (At shutdown, runtime.c drains and frees it after the thread has
  * exited.) */
 typedef struct rt__worker_own {
-    /* The task being polled, or NULL. */
+    /* The task being polled, or NULL. Written with relaxed stores, since a
+     * task dump and the stall watchdog read it from other threads. */
     struct rt_task *current;
     /* The current task woke itself during this poll (see the task word). */
     bool current_notified;
@@ -103,12 +104,19 @@ typedef struct rt__worker {
     /* The operations each poll may complete (rt_config.budget; 0: no
      * budget): budget.h. */
     uint32_t budget_limit;
+    /* The stall watchdog runs (rt_config.stall_ns): note where each
+     * coroutine poll starts from. */
+    bool watched;
     /* Written by the owner alone (relaxed), read by anyone: statistics and
      * the registry of the tasks spawned here (whose `spawned` count the
      * metrics read; everything else in it is the owner's). */
     RT_ALIGNED_CACHELINE rt_worker_metrics stats;
     uint64_t completed; /* tasks that returned RT_READY here */
     uint64_t cancelled; /* tasks dropped unfinished here */
+    /* Where the poll in progress started from, when `watched`: a
+     * coroutine's line and site (relaxed: the watchdog reads them). */
+    uint32_t poll_origin_line;
+    const struct rt_coro_site *poll_origin_site;
     rt__registry registry;
     /* The owner's alone. */
     RT_ALIGNED_CACHELINE rt__worker_own own;
@@ -139,5 +147,12 @@ void *rt__worker_main(void *arg);
 /* A worker about to park sweeps its own registry and one foreign shard when
  * enough has run since the last sweep for that to be worth the scan. */
 void rt__registry_sweep_idle(rt__worker *w);
+
+/* Most lost wake-ups one idle sweep reports (the others wait for the next). */
+#define RT__LOST_PER_SWEEP 16
+
+/* Reports the lost wake-ups a sweep found, counts them in w's metrics and
+ * drops the reference each entry holds (dump.c). No lock held. */
+void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n);
 
 #endif

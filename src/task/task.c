@@ -21,6 +21,8 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
     uint64_t s = rt__load_relaxed_u64(&t->state);
     if (s & RT__TASK_SMALL) {
         rt__block_free(cache, t);
+    } else if (s & RT__TASK_TIMED) {
+        free(rt__task_timing_of(t));
     } else if (s & RT__TASK_EXTENDED) {
         free(rt__task_ext_of(t));
     } else {
@@ -28,19 +30,23 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
     }
 }
 
-rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, uint64_t *flags)
+rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, bool timed,
+                              uint64_t *flags)
 {
     rt_task *t;
-    if (name == NULL && pinned == -1) {
+    if (name == NULL && pinned == -1 && !timed) {
         *flags = 0;
         return rt__malloc(sizeof(rt_task) + size);
     }
     size_t name_len = name != NULL ? strnlen(name, RT_TASK_NAME_MAX) : 0;
     size_t name_bytes = name != NULL ? name_len + 1 : 0;
-    char *base = rt__malloc(sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
+    size_t timing = timed ? sizeof(rt__task_timing) : 0;
+    char *base = rt__malloc(timing + sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
     if (base == NULL)
         return NULL;
-    t = (rt_task *)(base + sizeof(rt__task_ext));
+    if (timed)
+        memset(base, 0, timing);
+    t = (rt_task *)(base + timing + sizeof(rt__task_ext));
     rt__task_ext *ext = rt__task_ext_of(t);
     ext->name = NULL;
     ext->pinned = pinned;
@@ -51,7 +57,7 @@ rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, uint64_
         copy[name_len] = '\0';
         ext->name = copy;
     }
-    *flags = RT__TASK_EXTENDED;
+    *flags = RT__TASK_EXTENDED | (timed ? RT__TASK_TIMED : 0);
     return t;
 }
 
@@ -87,7 +93,10 @@ rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable
         rt_waker_wake(&taken);
         return NULL;
     }
-    return rt__task_wake_transition(t, false) ? t : NULL;
+    if (!rt__task_wake_transition(t, false))
+        return NULL;
+    rt__task_note_queued(t);
+    return t;
 }
 
 /* ---- Identity ------------------------------------------------------------ */
@@ -146,7 +155,8 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(voi
 {
     uint64_t flags;
     /* Marked as a job in its prefix, for rt_task_abort. */
-    rt_task *t = rt__task_alloc(NULL, sizeof(struct job_state), NULL, RT__TASK_PINNED_JOB, &flags);
+    rt_task *t =
+        rt__task_alloc(NULL, sizeof(struct job_state), NULL, RT__TASK_PINNED_JOB, false, &flags);
     if (t == NULL)
         return NULL;
     /* References: the pool queue's, and the handle's. */

@@ -20,7 +20,7 @@
 
 /* ---- Task ------------------------------------------------------------------
  *
- * The task state word: eight flag bits and a reference count above them
+ * The task state word: ten flag bits and a reference count above them
  * (docs/internals.md, "Task state word and reference count").
  *
  *   bit 0 RUNNING        a worker (or shutdown) owns the future right now
@@ -34,7 +34,12 @@
  *                        spawn, never changed)
  *   bit 7 EXTENDED       an rt__task_ext precedes the header in the allocation
  *                        (a name, a pinned worker; set at spawn, never changed)
- *   bits 8..63           reference count (handles, wakers, queue entry, registry)
+ *   bit 8 CORO           the future's state begins with an rt_coro (set once,
+ *                        by the first poll that runs RT_CORO_BEGIN, or at
+ *                        spawn with rt_coro_drop; never cleared)
+ *   bit 9 TIMED          an rt__task_timing precedes the rt__task_ext
+ *                        (rt_config.poll_timing; set at spawn, never changed)
+ *   bits 10..63          reference count (handles, wakers, queue entry, registry)
  *
  * A queued task is either NOTIFIED (the claim is the popping worker's
  * fetch-add that swaps NOTIFIED for RUNNING) or queued already claimed:
@@ -85,7 +90,9 @@
 #define RT__TASK_JOIN_WAKER (1ull << 5)
 #define RT__TASK_SMALL (1ull << 6)
 #define RT__TASK_EXTENDED (1ull << 7)
-#define RT__TASK_REF_SHIFT 8
+#define RT__TASK_CORO (1ull << 8)
+#define RT__TASK_TIMED (1ull << 9)
+#define RT__TASK_REF_SHIFT 10
 #define RT__TASK_REF_ONE (1ull << RT__TASK_REF_SHIFT)
 #define RT__TASK_FLAGS (RT__TASK_REF_ONE - 1)
 
@@ -357,6 +364,43 @@ static inline void rt__task_state_claim_for_shutdown(rt_task *t)
         ;
 }
 
+/* hold: a task dump takes an idle task for a moment, as a worker takes it
+ * for a poll (RUNNING), so that it can read the future's state while no
+ * worker polls or drops it. Only an idle task (not queued, running,
+ * finished or cancelled) can be held. The CAS is the acquire that pairs
+ * with the release of the pending CAS that ended its last poll: what that
+ * poll wrote to the state is visible. Meanwhile wakes and aborts see a
+ * running task and only set NOTIFIED / CANCELLED (a wake by value also
+ * gives up its reference, as for a running task). */
+static inline bool rt__task_state_hold(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        if (s & (RT__TASK_RUNNING | RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED))
+            return false;
+        if (rt__cas_u64(&t->state, &s, s | RT__TASK_RUNNING))
+            return true;
+    }
+}
+
+/* unhold: gives a held task back. Idle again, unless a wake or an abort
+ * came during the hold: then it becomes NOTIFIED with one more reference
+ * (the run queue's, which the holder adds since it holds none) and the
+ * caller must schedule it, as a worker requeues a task woken during its
+ * poll. The CAS releases nothing the holder wrote: it only read. */
+static inline bool rt__task_state_unhold(rt_task *t)
+{
+    uint64_t s = rt__load_acquire_u64(&t->state);
+    for (;;) {
+        uint64_t next = s & ~RT__TASK_RUNNING;
+        bool queue = (s & (RT__TASK_NOTIFIED | RT__TASK_CANCELLED)) != 0;
+        if (queue)
+            next = (next | RT__TASK_NOTIFIED) + RT__TASK_REF_ONE;
+        if (rt__cas_u64(&t->state, &s, next))
+            return queue;
+    }
+}
+
 /* What a task spawned with options keeps, just before its header in the
  * same allocation (so the header stays one cache line for every task). */
 typedef struct rt__task_ext {
@@ -374,6 +418,50 @@ _Static_assert(sizeof(rt__task_ext) == 16, "the prefix keeps the header aligned"
 static inline rt__task_ext *rt__task_ext_of(rt_task *t)
 {
     return (rt__task_ext *)((char *)t - sizeof(rt__task_ext));
+}
+
+/* What a task of a runtime with rt_config.poll_timing keeps about its polls,
+ * before its rt__task_ext. The worker polling the task writes every field
+ * but woken_ns; whoever queues it writes woken_ns (the queue's hand-off
+ * orders that write before the poll that reads it). A task dump reads them
+ * all from another thread, so every access is a relaxed atomic: a reading
+ * may be a moment old, never torn. */
+typedef struct rt__task_timing {
+    uint64_t polls;         /* polls so far */
+    uint64_t busy_ns;       /* time spent in them */
+    uint64_t woken_ns;      /* when it was last queued (spawn or wake; rt__now_ns) */
+    uint64_t poll_start_ns; /* when the poll in progress (or the last) began */
+    uint64_t last_end_ns;   /* when its last poll ended; 0: never polled */
+    uint64_t last_worker;   /* the worker that polled it last + 1; 0: none yet */
+} rt__task_timing;
+
+static inline rt__task_timing *rt__task_timing_of(rt_task *t)
+{
+    return (rt__task_timing *)((char *)t - sizeof(rt__task_ext) - sizeof(rt__task_timing));
+}
+
+/* Whether the task keeps an rt__task_timing (an immutable flag). */
+static inline bool rt__task_is_timed(rt_task *t)
+{
+    return (rt__load_relaxed_u64(&t->state) & RT__TASK_TIMED) != 0;
+}
+
+/* Notes when a timed task was queued (spawn, or a wake that scheduled it):
+ * the start of its scheduling delay. Only whoever queues an idle task
+ * calls it, so the field has one writer at a time. */
+static inline void rt__task_note_queued(rt_task *t)
+{
+    if (rt__unlikely(rt__task_is_timed(t)))
+        rt__store_relaxed_u64(&rt__task_timing_of(t)->woken_ns, (uint64_t)rt__now_ns());
+}
+
+/* coro: marks the task's state as beginning with an rt_coro. Only the worker
+ * polling the task calls it; the fetch-or is a full barrier, so a task dump
+ * that sees the bit (acquire) after holding the task reads the record as
+ * the poll left it. */
+static inline void rt__task_state_set_coro(rt_task *t)
+{
+    rt__fao_u64(&t->state, RT__TASK_CORO);
 }
 
 /* The worker a local task is pinned to; -1 for an ordinary task, or
@@ -395,23 +483,25 @@ _Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blo
 
 /* Allocates a task for `size` bytes of state (rt__task_alloc) when it cannot
  * be a small block: with a name or a pinned worker the allocation starts
- * with an rt__task_ext and ends with a copy of the name. */
-rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, uint64_t *flags);
+ * with an rt__task_ext and ends with a copy of the name; with `timed` an
+ * rt__task_timing comes first (all zero). */
+rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, bool timed,
+                              uint64_t *flags);
 
-/* Allocates a task for `size` bytes of state: without a name and a pinned
- * worker (-1), and small enough, a block from `cache` (NULL: the block
+/* Allocates a task for `size` bytes of state: without a name, a pinned
+ * worker (-1) and timing, and small enough, a block from `cache` (NULL: the block
  * pool), else rt__task_alloc_large. *flags receives the immutable flag bits
  * for the state word. NULL when out of memory. Inline: every spawn. */
 static inline rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name,
-                                      int pinned, uint64_t *flags)
+                                      int pinned, bool timed, uint64_t *flags)
 {
-    if (rt__likely(name == NULL && pinned == -1 &&
+    if (rt__likely(name == NULL && pinned == -1 && !timed &&
                    sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK)) {
         rt_task *t = rt__block_alloc(cache);
         *flags = RT__TASK_SMALL;
         return t;
     }
-    return rt__task_alloc_large(size, name, pinned, flags);
+    return rt__task_alloc_large(size, name, pinned, timed, flags);
 }
 
 /* Frees the task's memory (the last reference is gone) into `cache` (NULL:

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <asyncrt/bufio.h>
+#include <asyncrt/diag.h>
 
 #include "common.h"
 #include "fault.h"
@@ -166,7 +167,24 @@ static void read_until_vdrop(rt_future *f)
     reader_release(&((rt_read_until *)f)->reader);
 }
 
-static const rt_future_vtable read_until_vtable = {read_until_vpoll, read_until_vdrop};
+/* A buffered operation waits on its reader's or writer's descriptor, which
+ * is fixed (the rt_io is borrowed for the object's life); the buffer's
+ * counters are left out. */
+static void read_until_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_read_until *op = (const rt_read_until *)f;
+    info->kind = RT_WAIT_READ;
+    info->fd = rt_io_fd(op->reader->io);
+    if (op->delim == '\n')
+        rt__wait_printf(info, "buffered read of a line on fd %d", info->fd);
+    else if (op->delim >= 0x20 && op->delim < 0x7f)
+        rt__wait_printf(info, "buffered read until '%c' on fd %d", op->delim, info->fd);
+    else
+        rt__wait_printf(info, "buffered read until byte 0x%02x on fd %d", op->delim, info->fd);
+}
+
+static const rt_future_vtable read_until_vtable = {read_until_vpoll, read_until_vdrop,
+                                                   read_until_vdescribe};
 
 RT_EXPORT int rt_read_until_init(rt_read_until *op, rt_reader *r, int delim)
 {
@@ -216,7 +234,17 @@ static void read_exact_vdrop(rt_future *f)
     reader_release(&((rt_read_exact *)f)->reader);
 }
 
-static const rt_future_vtable read_exact_vtable = {read_exact_vpoll, read_exact_vdrop};
+static void read_exact_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_read_exact *op = (const rt_read_exact *)f;
+    info->kind = RT_WAIT_READ;
+    info->fd = rt_io_fd(op->reader->io);
+    rt__wait_printf(info, "buffered read of %zu bytes (%zu done) on fd %d", op->want, op->got,
+                    info->fd);
+}
+
+static const rt_future_vtable read_exact_vtable = {read_exact_vpoll, read_exact_vdrop,
+                                                   read_exact_vdescribe};
 
 RT_EXPORT int rt_read_exact_init(rt_read_exact *op, rt_reader *r, void *dst, size_t n)
 {
@@ -339,7 +367,16 @@ static void writer_write_vdrop(rt_future *f)
     op->writer = NULL;
 }
 
-static const rt_future_vtable writer_write_vtable = {writer_write_vpoll, writer_write_vdrop};
+static void writer_write_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_writer_write *op = (const rt_writer_write *)f;
+    info->kind = RT_WAIT_WRITE;
+    info->fd = rt_io_fd(op->writer->io);
+    rt__wait_printf(info, "buffered write of %zu bytes on fd %d", op->len, info->fd);
+}
+
+static const rt_future_vtable writer_write_vtable = {writer_write_vpoll, writer_write_vdrop,
+                                                     writer_write_vdescribe};
 
 RT_EXPORT int rt_writer_write_init(rt_writer_write *op, rt_writer *w, const void *buf, size_t len)
 {
@@ -383,7 +420,17 @@ static void writer_flush_vdrop(rt_future *f)
     op->writer = NULL;
 }
 
-static const rt_future_vtable writer_flush_vtable = {writer_flush_vpoll, writer_flush_vdrop};
+static void writer_flush_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_writer_flush *op = (const rt_writer_flush *)f;
+    info->kind = RT_WAIT_WRITE;
+    info->fd = rt_io_fd(op->writer->io);
+    rt__wait_printf(info, "flush of %zu bytes (%zu sent) on fd %d", op->flush.len,
+                    op->flush.progress, info->fd);
+}
+
+static const rt_future_vtable writer_flush_vtable = {writer_flush_vpoll, writer_flush_vdrop,
+                                                     writer_flush_vdescribe};
 
 RT_EXPORT int rt_writer_flush_init(rt_writer_flush *op, rt_writer *w)
 {

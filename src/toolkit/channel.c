@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <asyncrt/channel.h>
+#include <asyncrt/diag.h>
 #include <asyncrt/task.h>
 
 #include "operation.h"
@@ -122,7 +123,9 @@ static int oneshot_take_locked(rt_oneshot *o, void **value)
 
 static rt_poll oneshot_recv_vpoll(rt_future *f, rt_context *cx);
 static void oneshot_recv_vdrop(rt_future *f);
-static const rt_future_vtable oneshot_recv_vtable = {oneshot_recv_vpoll, oneshot_recv_vdrop};
+static void oneshot_recv_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable oneshot_recv_vtable = {oneshot_recv_vpoll, oneshot_recv_vdrop,
+                                                     oneshot_recv_vdescribe};
 
 RT_EXPORT int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o)
 {
@@ -189,6 +192,15 @@ static void oneshot_recv_vdrop(rt_future *f)
     }
     rt__waitq_unlock(&o->lock);
     rt__waker_drop(&old);
+}
+
+/* Only the address: every field of the oneshot is the lock's. */
+static void oneshot_recv_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_oneshot_recv *op = (const rt_oneshot_recv *)f;
+    info->kind = RT_WAIT_RECV;
+    info->object = op->o;
+    rt__wait_printf(info, "receive on oneshot %p", (const void *)op->o);
 }
 
 RT_EXPORT int rt_oneshot_try_recv(rt_oneshot *o, void **value)
@@ -315,6 +327,17 @@ RT_EXPORT int rt_chan_new(size_t capacity, rt_chan **out)
 RT_EXPORT size_t rt_chan_value_size(const rt_chan *ch)
 {
     return ch != NULL ? ch->value_size : 0;
+}
+
+/* What a send or receive on ch waits for. The capacity is fixed when the
+ * channel is made; everything the lock guards (the values buffered, the
+ * queues, the operation's own node state) is left out. */
+static void chan_describe(rt_wait_info *info, rt_wait_kind kind, const rt_chan *ch)
+{
+    info->kind = kind;
+    info->object = ch;
+    rt__wait_printf(info, "%s on channel %p (capacity %zu)",
+                    kind == RT_WAIT_SEND ? "send" : "receive", (const void *)ch, ch->capacity);
 }
 
 /* The plain forms carry `void *` values: a channel made by rt_chan_new. */
@@ -679,7 +702,9 @@ RT_EXPORT int rt_chan_try_recv_into(rt_chan *ch, void *dst)
 
 static rt_poll chan_recv_vpoll(rt_future *f, rt_context *cx);
 static void chan_recv_vdrop(rt_future *f);
-static const rt_future_vtable chan_recv_vtable = {chan_recv_vpoll, chan_recv_vdrop};
+static void chan_recv_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable chan_recv_vtable = {chan_recv_vpoll, chan_recv_vdrop,
+                                                  chan_recv_vdescribe};
 
 /* Field by field: a receive is prepared on every round trip. */
 static int chan_recv_prepare(rt_chan_recv *op, rt_chan *ch, void *dst, bool valid)
@@ -814,6 +839,11 @@ static void chan_recv_vdrop(rt_future *f)
     rt__waker_wake(&wake);
 }
 
+static void chan_recv_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    chan_describe(info, RT_WAIT_RECV, ((const rt_chan_recv *)f)->ch);
+}
+
 RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
@@ -833,7 +863,9 @@ RT_EXPORT int rt_chan_recv_into_blocking(rt_chan *ch, int64_t timeout_ns, void *
 
 static rt_poll chan_send_vpoll(rt_future *f, rt_context *cx);
 static void chan_send_vdrop(rt_future *f);
-static const rt_future_vtable chan_send_vtable = {chan_send_vpoll, chan_send_vdrop};
+static void chan_send_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable chan_send_vtable = {chan_send_vpoll, chan_send_vdrop,
+                                                  chan_send_vdescribe};
 
 static int chan_send_prepare(rt_chan_send *op, rt_chan *ch, void *value, const void *src,
                              bool valid)
@@ -946,6 +978,11 @@ static void chan_send_vdrop(rt_future *f)
      * buffer, owned by the receiver side, exactly as after it finished. */
     if (chan_send_abandon((rt_chan_send *)f))
         f->result = 0;
+}
+
+static void chan_send_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    chan_describe(info, RT_WAIT_SEND, ((const rt_chan_send *)f)->ch);
 }
 
 /* Parks the calling thread on a send prepared by the caller (err: what its

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <asyncrt/combine.h>
+#include <asyncrt/diag.h>
 
 #include "operation.h"
 #include "common.h"
@@ -50,7 +51,19 @@ static void timeout_vdrop(rt_future *f)
     RT_DROP(&t->sleep);
 }
 
-static const rt_future_vtable timeout_vtable = {timeout_vpoll, timeout_vdrop};
+/* The fields are the time limit's; the inner operation, whose fields are
+ * those of another kind, appears in the words only. */
+static void timeout_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_timeout *t = (const rt_timeout *)f;
+    info->kind = RT_WAIT_TIMEOUT;
+    info->deadline_ns = t->sleep.deadline_ns;
+    rt__wait_printf(info, "timeout in ");
+    rt__wait_from_now(info, t->sleep.deadline_ns);
+    rt_wait_info_append(info, " around: ", t->inner);
+}
+
+static const rt_future_vtable timeout_vtable = {timeout_vpoll, timeout_vdrop, timeout_vdescribe};
 
 RT_EXPORT int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns)
 {
@@ -117,7 +130,16 @@ static void select_vdrop(rt_future *f)
         rt_future_drop(op->arms[i]);
 }
 
-static const rt_future_vtable select_vtable = {select_vpoll, select_vdrop};
+static void select_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_select *op = (const rt_select *)f;
+    info->kind = RT_WAIT_SELECT;
+    rt__wait_printf(info, "first of %zu:", op->count);
+    for (size_t i = 0; i < op->count; i++)
+        rt_wait_info_append(info, i == 0 ? " " : " | ", op->arms[i]);
+}
+
+static const rt_future_vtable select_vtable = {select_vpoll, select_vdrop, select_vdescribe};
 
 RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t count)
 {
@@ -173,7 +195,23 @@ static void join_all_vdrop(rt_future *f)
     join_all_drop_rest((rt_join_all *)f);
 }
 
-static const rt_future_vtable join_all_vtable = {join_all_vpoll, join_all_vdrop};
+/* Only the operations still unfinished are worth words. */
+static void join_all_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_join_all *op = (const rt_join_all *)f;
+    info->kind = RT_WAIT_JOIN_ALL;
+    rt__wait_printf(info, "all of %zu (%d done):", op->count, __builtin_popcount(op->done));
+    const char *sep = " ";
+    for (size_t i = 0; i < op->count; i++) {
+        if (op->done & (1u << i))
+            continue;
+        rt_wait_info_append(info, sep, op->arms[i]);
+        sep = " | ";
+    }
+}
+
+static const rt_future_vtable join_all_vtable = {join_all_vpoll, join_all_vdrop,
+                                                 join_all_vdescribe};
 
 RT_EXPORT int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count,
                                unsigned flags)

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/fs.h>
 
 #include "atomic.h"
@@ -401,6 +402,35 @@ static int call_init(rt_future *f, const rt_future_vtable *vtable, struct rt__fs
     return 0;
 }
 
+/* What an operation waits for: its job on the blocking pool. The job's
+ * kind, paths and file are set at init and never change; its outcome is
+ * the pool thread's and is left out. A file's descriptor is fixed while a
+ * record holds a reference to it. */
+static void call_describe(const struct rt__fs_job *job, rt_wait_info *info)
+{
+    static const char *const names[] = {
+        [FS_OPEN] = "open",     [FS_READ] = "read",      [FS_WRITE] = "write",
+        [FS_SYNC] = "sync",     [FS_STAT] = "stat",      [FS_FSTAT] = "stat",
+        [FS_MKDIR] = "mkdir",   [FS_RMDIR] = "rmdir",    [FS_UNLINK] = "unlink",
+        [FS_RENAME] = "rename", [FS_READ_FILE] = "read",
+    };
+    info->kind = RT_WAIT_BLOCKING;
+    if (job == NULL) {
+        rt__wait_printf(info, "file operation on the blocking pool");
+        return;
+    }
+    rt__wait_printf(info, "%s of ", names[job->kind]);
+    if (job->file != NULL) {
+        info->fd = job->file->fd;
+        rt__wait_printf(info, "fd %d", job->file->fd);
+    } else {
+        rt__wait_printf(info, "%s", job->path != NULL ? job->path : "?");
+        if (job->path2 != NULL)
+            rt__wait_printf(info, " to %s", job->path2);
+    }
+    rt__wait_printf(info, " on the blocking pool");
+}
+
 /* The runtime of a path operation: rt, or the current one. */
 static rt_runtime *runtime_of(rt_runtime *rt)
 {
@@ -437,7 +467,12 @@ static void open_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable open_vtable = {open_vpoll, open_vdrop};
+static void open_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_file_open *)f)->job, info);
+}
+
+static const rt_future_vtable open_vtable = {open_vpoll, open_vdrop, open_vdescribe};
 
 /* The flags rt_file_open takes (O_RDONLY is 0). */
 #define OPEN_FLAGS                                                                                 \
@@ -502,7 +537,12 @@ static void read_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable read_vtable = {read_vpoll, read_vdrop};
+static void read_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_file_read *)f)->job, info);
+}
+
+static const rt_future_vtable read_vtable = {read_vpoll, read_vdrop, read_vdescribe};
 
 static size_t io_len(size_t len)
 {
@@ -555,7 +595,12 @@ static void write_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable write_vtable = {write_vpoll, write_vdrop};
+static void write_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_file_write *)f)->job, info);
+}
+
+static const rt_future_vtable write_vtable = {write_vpoll, write_vdrop, write_vdescribe};
 
 /* A write at offset (positional), or at the file position. */
 static int write_init(rt_file_write *op, rt_file *f, const void *buf, size_t len, int64_t offset,
@@ -606,7 +651,12 @@ static void fs_op_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable fs_op_vtable = {fs_op_vpoll, fs_op_vdrop};
+static void fs_op_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_fs_op *)f)->job, info);
+}
+
+static const rt_future_vtable fs_op_vtable = {fs_op_vpoll, fs_op_vdrop, fs_op_vdescribe};
 
 RT_EXPORT int rt_file_sync_init(rt_fs_op *op, rt_file *f, bool data_only)
 {
@@ -688,7 +738,12 @@ static void stat_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable stat_vtable = {stat_vpoll, stat_vdrop};
+static void stat_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_fs_stat *)f)->job, info);
+}
+
+static const rt_future_vtable stat_vtable = {stat_vpoll, stat_vdrop, stat_vdescribe};
 
 RT_EXPORT int rt_fs_stat_init(rt_fs_stat *op, rt_runtime *rt, const char *path)
 {
@@ -732,7 +787,13 @@ static void read_file_vdrop(rt_future *f)
     call_drop(&op->job, &op->join);
 }
 
-static const rt_future_vtable read_file_vtable = {read_file_vpoll, read_file_vdrop};
+static void read_file_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    call_describe(((const rt_fs_read_file *)f)->job, info);
+}
+
+static const rt_future_vtable read_file_vtable = {read_file_vpoll, read_file_vdrop,
+                                                  read_file_vdescribe};
 
 RT_EXPORT int rt_fs_read_file_init(rt_fs_read_file *op, rt_runtime *rt, const char *path,
                                    size_t limit)

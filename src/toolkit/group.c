@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/group.h>
 
 #include "operation.h"
@@ -226,8 +227,15 @@ static void group_child_drop(void *state)
     group_report(c->group, c->rec, status == 0 ? c->out : NULL, status);
 }
 
-RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
-                             rt_drop_fn drop, const void *state, size_t size, uint64_t *id)
+RT_EXPORT int(rt_group_spawn)(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
+                              rt_drop_fn drop, const void *state, size_t size, uint64_t *id)
+{
+    return rt_group_spawn_at(NULL, g, opts, poll, drop, state, size, id);
+}
+
+RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_options *opts,
+                                rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                                uint64_t *id)
 {
     if (id != NULL)
         *id = 0;
@@ -279,7 +287,8 @@ RT_EXPORT int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_
     g->refs++;
     rt__waitq_unlock(&g->lock);
 
-    int err = rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, child_id);
+    int err =
+        rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, child_id, site);
     if ((unsigned char *)c != small)
         free(c); /* the task has its own copy */
     if (err < 0) {
@@ -387,9 +396,18 @@ static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
     return RT_PENDING;
 }
 
+/* Only the address: the group's counts and lists are its lock's. */
+static void group_next_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_group_next *op = (const rt_group_next *)f;
+    info->kind = RT_WAIT_GROUP;
+    info->object = op->group;
+    rt__wait_printf(info, "next result of group %p", (const void *)op->group);
+}
+
 /* Dropping a wait releases nothing: the owner's waker it may have stored
  * stays in the group until the next wait replaces it or the group ends. */
-static const rt_future_vtable group_next_vtable = {group_next_vpoll, NULL};
+static const rt_future_vtable group_next_vtable = {group_next_vpoll, NULL, group_next_vdescribe};
 
 RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g)
 {
@@ -442,7 +460,20 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable group_wait_vtable = {group_wait_vpoll, NULL};
+/* `closing` and `failed` are the operation's own; the group's counts are
+ * its lock's. */
+static void group_wait_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_group_wait *op = (const rt_group_wait *)f;
+    info->kind = RT_WAIT_GROUP;
+    info->object = op->group;
+    rt__wait_printf(info, "%s of group %p", op->closing ? "close" : "join of every child",
+                    (const void *)op->group);
+    if (op->failed > 0)
+        rt__wait_printf(info, " (%zu failed so far)", op->failed);
+}
+
+static const rt_future_vtable group_wait_vtable = {group_wait_vpoll, NULL, group_wait_vdescribe};
 
 static int wait_init(rt_group_wait *op, rt_group *g, int closing)
 {

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
+
 #include "operation.h"
 #include "fault.h"
 #include "atomic.h"
@@ -279,9 +281,24 @@ static rt_poll io_ready_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, 0);
 }
 
+/* What an operation on io waits for: the descriptor is fixed from the
+ * rt_io's registration to its close. */
+static void io_describe(rt_wait_info *info, rt_wait_kind kind, const rt_io *io, const char *what)
+{
+    info->kind = kind;
+    info->fd = io->fd;
+    rt__wait_printf(info, "%s on fd %d", what, io->fd);
+}
+
+static void io_ready_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_io_ready *op = (const rt_io_ready *)f;
+    io_describe(info, RT_WAIT_READY, op->io, op->writable ? "writable" : "readable");
+}
+
 /* The I/O operations hold nothing while they wait but the waker stored in
  * the rt_io, which the next poller replaces: they need no drop. */
-static const rt_future_vtable io_ready_vtable = {io_ready_vpoll, NULL};
+static const rt_future_vtable io_ready_vtable = {io_ready_vpoll, NULL, io_ready_vdescribe};
 
 static int io_ready_init(rt_io_ready *op, rt_io *io, int writable)
 {
@@ -369,7 +386,12 @@ static rt_poll io_read_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, n);
 }
 
-static const rt_future_vtable io_read_vtable = {io_read_vpoll, NULL};
+static void io_read_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    io_describe(info, RT_WAIT_READ, ((const rt_io_read *)f)->io, "read");
+}
+
+static const rt_future_vtable io_read_vtable = {io_read_vpoll, NULL, io_read_vdescribe};
 
 RT_EXPORT int rt_io_read_init(rt_io_read *op, rt_io *io, void *buf, size_t len)
 {
@@ -390,7 +412,14 @@ static rt_poll io_write_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, n);
 }
 
-static const rt_future_vtable io_write_vtable = {io_write_vpoll, NULL};
+static void io_write_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_io_write *op = (const rt_io_write *)f;
+    io_describe(info, RT_WAIT_WRITE, op->io, "write");
+    rt__wait_printf(info, " (%zu bytes)", op->len);
+}
+
+static const rt_future_vtable io_write_vtable = {io_write_vpoll, NULL, io_write_vdescribe};
 
 RT_EXPORT int rt_io_write_init(rt_io_write *op, rt_io *io, const void *buf, size_t len)
 {
@@ -417,7 +446,15 @@ static rt_poll io_write_all_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, (int64_t)op->len);
 }
 
-static const rt_future_vtable io_write_all_vtable = {io_write_all_vpoll, NULL};
+static void io_write_all_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_io_write_all *op = (const rt_io_write_all *)f;
+    io_describe(info, RT_WAIT_WRITE, op->io, "write");
+    rt__wait_printf(info, " (%zu of %zu bytes done)", op->progress, op->len);
+}
+
+static const rt_future_vtable io_write_all_vtable = {io_write_all_vpoll, NULL,
+                                                     io_write_all_vdescribe};
 
 RT_EXPORT int rt_io_write_all_init(rt_io_write_all *op, rt_io *io, const void *buf, size_t len)
 {

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/net.h>
 
 #include "operation.h"
@@ -158,8 +159,17 @@ static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, err);
 }
 
+/* Descriptor numbers are fixed from an rt_io's registration to its close. */
+static void accept_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_tcp_accept *op = (const rt_tcp_accept *)f;
+    info->kind = RT_WAIT_ACCEPT;
+    info->fd = op->listener->fd;
+    rt__wait_printf(info, "accept on fd %d", info->fd);
+}
+
 /* Nothing is held while waiting but the listener's stored waker. */
-static const rt_future_vtable accept_vtable = {accept_vpoll, NULL};
+static const rt_future_vtable accept_vtable = {accept_vpoll, NULL, accept_vdescribe};
 
 RT_EXPORT int rt_tcp_accept_init(rt_tcp_accept *op, rt_io *listener)
 {
@@ -244,7 +254,41 @@ static void connect_vdrop(rt_future *f)
     }
 }
 
-static const rt_future_vtable connect_vtable = {connect_vpoll, connect_vdrop};
+/* Appends "1.2.3.4:80" or "[::1]:80" for a copied address (the
+ * operation's own). */
+static void describe_addr(rt_wait_info *info, const struct sockaddr_storage *ss, socklen_t len)
+{
+    char ip[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)ss;
+        if (inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip) != NULL) {
+            rt__wait_printf(info, "%s:%u", ip, (unsigned)ntohs(v4->sin_port));
+            return;
+        }
+    } else if (ss->ss_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)ss;
+        if (inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip) != NULL) {
+            rt__wait_printf(info, "[%s]:%u", ip, (unsigned)ntohs(v6->sin6_port));
+            return;
+        }
+    }
+    rt__wait_printf(info, "an address of family %d", (int)ss->ss_family);
+}
+
+/* The socket is the operation's own until it finishes; before the first
+ * poll there is none yet. */
+static void connect_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_tcp_connect *op = (const rt_tcp_connect *)f;
+    info->kind = RT_WAIT_CONNECT;
+    info->fd = op->io != NULL ? op->io->fd : -1;
+    rt__wait_printf(info, "connect to ");
+    describe_addr(info, &op->addr, op->addr_len);
+    if (info->fd >= 0)
+        rt__wait_printf(info, " on fd %d", info->fd);
+}
+
+static const rt_future_vtable connect_vtable = {connect_vpoll, connect_vdrop, connect_vdescribe};
 
 RT_EXPORT int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const struct sockaddr *addr,
                                   socklen_t addr_len)
@@ -324,7 +368,19 @@ static rt_poll udp_send_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable udp_send_vtable = {udp_send_vpoll, NULL};
+static void udp_send_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_udp_send_to *op = (const rt_udp_send_to *)f;
+    info->kind = RT_WAIT_WRITE;
+    info->fd = op->io->fd;
+    rt__wait_printf(info, "send of a %zu-byte datagram on fd %d", op->len, info->fd);
+    if (op->addr_len > 0) {
+        rt__wait_printf(info, " to ");
+        describe_addr(info, &op->addr, op->addr_len);
+    }
+}
+
+static const rt_future_vtable udp_send_vtable = {udp_send_vpoll, NULL, udp_send_vdescribe};
 
 RT_EXPORT int rt_udp_send_to_init(rt_udp_send_to *op, rt_io *io, const void *buf, size_t len,
                                   const struct sockaddr *addr, socklen_t addr_len)
@@ -361,7 +417,15 @@ static rt_poll udp_recv_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable udp_recv_vtable = {udp_recv_vpoll, NULL};
+static void udp_recv_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_udp_recv_from *op = (const rt_udp_recv_from *)f;
+    info->kind = RT_WAIT_READ;
+    info->fd = op->io->fd;
+    rt__wait_printf(info, "receive of a datagram on fd %d", info->fd);
+}
+
+static const rt_future_vtable udp_recv_vtable = {udp_recv_vpoll, NULL, udp_recv_vdescribe};
 
 RT_EXPORT int rt_udp_recv_from_init(rt_udp_recv_from *op, rt_io *io, void *buf, size_t len)
 {

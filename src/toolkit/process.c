@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/process.h>
 
 #include "atomic.h"
@@ -324,7 +325,16 @@ static void wait_vdrop(rt_future *f)
     op->process = NULL;
 }
 
-static const rt_future_vtable wait_vtable = {wait_vpoll, wait_vdrop};
+/* The pid is fixed at the spawn; the exit status is the wait's to find. */
+static void wait_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_process_wait *op = (const rt_process_wait *)f;
+    info->kind = RT_WAIT_PROCESS;
+    info->number = op->process->pid;
+    rt__wait_printf(info, "exit of process %lld", (long long)op->process->pid);
+}
+
+static const rt_future_vtable wait_vtable = {wait_vpoll, wait_vdrop, wait_vdescribe};
 
 RT_EXPORT int rt_process_wait_init(rt_process_wait *op, rt_process *p)
 {

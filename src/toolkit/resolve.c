@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/error.h>
 #include <asyncrt/resolve.h>
 
@@ -255,7 +256,29 @@ static void resolve_vdrop(rt_future *f)
     }
 }
 
-static const rt_future_vtable resolve_vtable = {resolve_vpoll, resolve_vdrop};
+/* Appends "example.org:443", "example.org" or "service 443": the names
+ * the operation copied at init. */
+static void describe_name(rt_wait_info *info, const rt_resolve *lookup)
+{
+    if (lookup->has_host && lookup->has_service)
+        rt__wait_printf(info, "%s:%s", lookup->host, lookup->service);
+    else if (lookup->has_host)
+        rt__wait_printf(info, "%s", lookup->host);
+    else
+        rt__wait_printf(info, "service %s", lookup->service);
+}
+
+/* Only the operation's own copies of the names: the record's outcome is
+ * the pool thread's. */
+static void resolve_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    info->kind = RT_WAIT_BLOCKING;
+    rt__wait_printf(info, "name lookup of ");
+    describe_name(info, (const rt_resolve *)f);
+    rt__wait_printf(info, " on the blocking pool");
+}
+
+static const rt_future_vtable resolve_vtable = {resolve_vpoll, resolve_vdrop, resolve_vdescribe};
 
 #define KNOWN_FLAGS                                                                                \
     (RT_RESOLVE_NUMERIC | RT_RESOLVE_PASSIVE | RT_RESOLVE_UDP | RT_RESOLVE_ADDRCONFIG)
@@ -462,7 +485,45 @@ static void hconnect_vdrop(rt_future *f)
     hconnect_release((rt_resolve_connect *)f);
 }
 
-static const rt_future_vtable hconnect_vtable = {hconnect_vpoll, hconnect_vdrop};
+/* Every field read is the operation's own, its attempts included, and the
+ * list, which stays unchanged while the operation lives. */
+static void hconnect_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_resolve_connect *op = (const rt_resolve_connect *)f;
+    info->kind = RT_WAIT_CONNECT;
+    rt__wait_printf(info, "connect to ");
+    if (op->lookup.has_host || op->lookup.has_service)
+        describe_name(info, &op->lookup);
+    else if (op->list != NULL)
+        rt__wait_printf(info, "one of %zu addresses", op->list->count);
+    if (op->resolving) {
+        rt__wait_printf(info, ", name lookup on the blocking pool");
+        return;
+    }
+    if (op->list != NULL)
+        rt__wait_printf(info, ", attempt %zu of %zu", op->attempts, op->list->count);
+    if (op->timing) {
+        info->deadline_ns = op->stagger.deadline_ns;
+        rt__wait_printf(info, ", next at ");
+        rt__wait_from_now(info, op->stagger.deadline_ns);
+    }
+    /* The attempt started last, or else any still in flight, gives the
+     * descriptor. */
+    int slot = -1;
+    if (op->latest >= 0 && (op->inflight & (1u << op->latest)))
+        slot = op->latest;
+    else if (op->inflight != 0)
+        slot = __builtin_ctz(op->inflight);
+    if (slot < 0)
+        return;
+    const rt_tcp_connect *a = &op->attempt[slot];
+    if (a->io != NULL)
+        info->fd = rt_io_fd(a->io);
+    rt_wait_info_append(info, ": ", &a->future);
+}
+
+static const rt_future_vtable hconnect_vtable = {hconnect_vpoll, hconnect_vdrop,
+                                                 hconnect_vdescribe};
 
 /* The common start of both inits. */
 static void hconnect_prepare(rt_resolve_connect *op, rt_runtime *rt)

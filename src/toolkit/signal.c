@@ -25,6 +25,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/signal.h>
 
 #include "atomic.h"
@@ -307,7 +308,36 @@ static void signal_recv_vdrop(rt_future *f)
     op->signal = NULL;
 }
 
-static const rt_future_vtable signal_recv_vtable = {signal_recv_vpoll, signal_recv_vdrop};
+/* Appends the signal's name, "SIGTERM" or "SIGRTMIN+2", or its number
+ * where the C library has no names. */
+static void describe_signo(rt_wait_info *info, int signo)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+    const char *abbrev = sigabbrev_np(signo);
+    if (abbrev != NULL) {
+        rt__wait_printf(info, "SIG%s", abbrev);
+        return;
+    }
+#endif
+    if (signo >= SIGRTMIN && signo <= SIGRTMAX)
+        rt__wait_printf(info, "SIGRTMIN+%d", signo - SIGRTMIN);
+    else
+        rt__wait_printf(info, "%d", signo);
+}
+
+/* The listener's signal number is fixed at its creation; its counts are
+ * left out. */
+static void signal_recv_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_signal_recv *op = (const rt_signal_recv *)f;
+    info->kind = RT_WAIT_SIGNAL;
+    info->number = op->signal->signo;
+    rt__wait_printf(info, "signal ");
+    describe_signo(info, op->signal->signo);
+}
+
+static const rt_future_vtable signal_recv_vtable = {signal_recv_vpoll, signal_recv_vdrop,
+                                                    signal_recv_vdescribe};
 
 RT_EXPORT int rt_signal_recv_init(rt_signal_recv *op, rt_signal *s)
 {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/sync.h>
 #include <asyncrt/task.h>
 
@@ -167,7 +168,9 @@ RT_EXPORT size_t rt_semaphore_available(rt_semaphore *sem)
 
 static rt_poll sem_acquire_vpoll(rt_future *f, rt_context *cx);
 static void sem_acquire_vdrop(rt_future *f);
-static const rt_future_vtable sem_acquire_vtable = {sem_acquire_vpoll, sem_acquire_vdrop};
+static void sem_acquire_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable sem_acquire_vtable = {sem_acquire_vpoll, sem_acquire_vdrop,
+                                                    sem_acquire_vdescribe};
 
 /* The guard of an acquisition awaited with RT_AWAIT_HOLD. */
 static void sem_guard_release(rt_guard *g)
@@ -270,6 +273,18 @@ static void sem_acquire_vdrop(rt_future *f)
     rt__waker_drop(&old);
 }
 
+/* The number asked for is the operation's own (node.want, set at init and
+ * only read by the semaphore); the node's state and the semaphore's counts
+ * are the lock's and left out. */
+static void sem_acquire_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_semaphore_acquire *op = (const rt_semaphore_acquire *)f;
+    info->kind = RT_WAIT_ACQUIRE;
+    info->object = op->sem;
+    rt__wait_printf(info, "acquire %zu permit%s of semaphore %p", op->node.want,
+                    op->node.want == 1 ? "" : "s", (const void *)op->sem);
+}
+
 RT_EXPORT int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns)
 {
     rt_semaphore_acquire op;
@@ -359,7 +374,18 @@ static void mutex_lock_vdrop(rt_future *f)
     RT_DROP(&((rt_mutex_lock *)f)->acquire);
 }
 
-static const rt_future_vtable mutex_lock_vtable = {mutex_lock_vpoll, mutex_lock_vdrop};
+/* The mutex is the semaphore the inner acquisition waits on (its first
+ * member). */
+static void mutex_lock_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_mutex_lock *op = (const rt_mutex_lock *)f;
+    info->kind = RT_WAIT_LOCK;
+    info->object = op->acquire.sem;
+    rt__wait_printf(info, "lock of mutex %p", (const void *)op->acquire.sem);
+}
+
+static const rt_future_vtable mutex_lock_vtable = {mutex_lock_vpoll, mutex_lock_vdrop,
+                                                   mutex_lock_vdescribe};
 
 static void mutex_guard_release(rt_guard *g)
 {
@@ -495,7 +521,9 @@ RT_EXPORT void rt_notify_all(rt_notify *n)
 
 static rt_poll notified_vpoll(rt_future *f, rt_context *cx);
 static void notified_vdrop(rt_future *f);
-static const rt_future_vtable notified_vtable = {notified_vpoll, notified_vdrop};
+static void notified_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable notified_vtable = {notified_vpoll, notified_vdrop,
+                                                 notified_vdescribe};
 
 RT_EXPORT int rt_notified_init(rt_notified *op, rt_notify *n)
 {
@@ -581,4 +609,14 @@ static void notified_vdrop(rt_future *f)
     rt__waitq_unlock(&n->lock);
     rt__waker_drop(&old);
     rt__waker_wake(&wake);
+}
+
+/* Only the address: the permit, the generation and the queue are the
+ * lock's. */
+static void notified_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_notified *op = (const rt_notified *)f;
+    info->kind = RT_WAIT_NOTIFIED;
+    info->object = op->notify;
+    rt__wait_printf(info, "notification of notify %p", (const void *)op->notify);
 }

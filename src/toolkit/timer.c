@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/timer.h>
 
 #include "operation.h"
@@ -45,7 +46,8 @@ static rt__timer *timer_new(rt__reactor *r, int64_t deadline_ns, rt_context *cx)
 
 static rt_poll sleep_vpoll(rt_future *f, rt_context *cx);
 static void sleep_vdrop(rt_future *f);
-static const rt_future_vtable sleep_vtable = {sleep_vpoll, sleep_vdrop};
+static void sleep_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable sleep_vtable = {sleep_vpoll, sleep_vdrop, sleep_vdescribe};
 
 RT_EXPORT int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns)
 {
@@ -174,6 +176,17 @@ static void sleep_vdrop(rt_future *f)
     sleep_release((rt_sleep *)f);
 }
 
+/* The deadline is the sleep's own, fixed at init; the timer's state is the
+ * reactor's and is not looked at. */
+static void sleep_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_sleep *s = (const rt_sleep *)f;
+    info->kind = RT_WAIT_SLEEP;
+    info->deadline_ns = s->deadline_ns;
+    rt__wait_printf(info, "sleep until ");
+    rt__wait_from_now(info, s->deadline_ns);
+}
+
 /* ---- Interval ----------------------------------------------------------------- */
 
 /* The interval never finishes: each tick reports RT_READY, gives back the
@@ -200,7 +213,9 @@ static rt_poll interval_vpoll(rt_future *f, rt_context *cx)
 }
 
 static void interval_vdrop(rt_future *f);
-static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop};
+static void interval_vdescribe(const rt_future *f, rt_wait_info *info);
+static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop,
+                                                 interval_vdescribe};
 
 /* Cancels the wait for the tick in progress, and leaves the interval
  * usable: rt_future_drop marked it finished, which an interval never is, so
@@ -210,6 +225,18 @@ static void interval_vdrop(rt_future *f)
 {
     sleep_release(&((rt_interval *)f)->sleep);
     f->vtable = &interval_vtable;
+}
+
+static void interval_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_interval *iv = (const rt_interval *)f;
+    info->kind = RT_WAIT_SLEEP;
+    info->deadline_ns = iv->sleep.deadline_ns;
+    rt__wait_printf(info, "interval tick until ");
+    rt__wait_from_now(info, iv->sleep.deadline_ns);
+    rt__wait_printf(info, " (every ");
+    rt__wait_seconds(info, iv->period_ns, false);
+    rt__wait_printf(info, ")");
 }
 
 RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns)

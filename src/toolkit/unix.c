@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/unix.h>
 
 #include "fault.h"
@@ -291,8 +292,22 @@ static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, err);
 }
 
+/* What an operation on io waits for: the descriptor is fixed from the
+ * rt_io's registration to its close. */
+static void io_describe(rt_wait_info *info, rt_wait_kind kind, const rt_io *io, const char *what)
+{
+    info->kind = kind;
+    info->fd = io->fd;
+    rt__wait_printf(info, "%s on fd %d", what, io->fd);
+}
+
+static void accept_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    io_describe(info, RT_WAIT_ACCEPT, ((const rt_unix_accept *)f)->listener, "accept");
+}
+
 /* Nothing is held while waiting but the listener's stored waker. */
-static const rt_future_vtable accept_vtable = {accept_vpoll, NULL};
+static const rt_future_vtable accept_vtable = {accept_vpoll, NULL, accept_vdescribe};
 
 RT_EXPORT int rt_unix_accept_init(rt_unix_accept *op, rt_io *listener)
 {
@@ -367,7 +382,29 @@ static void connect_vdrop(rt_future *f)
     op->fd = -1;
 }
 
-static const rt_future_vtable connect_vtable = {connect_vpoll, connect_vdrop};
+/* Every field read is the operation's own: the name copied at init, the
+ * socket it made and the pause it waits in. */
+static void connect_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_unix_connect *op = (const rt_unix_connect *)f;
+    char name[sizeof op->addr.sun_path + 2];
+    if (rt_unix_addr_name(&op->addr, op->addr_len, name, sizeof name) < 0)
+        strcpy(name, "?");
+    info->kind = RT_WAIT_CONNECT;
+    info->fd = op->fd;
+    rt__wait_printf(info, "connect to unix socket %s", name);
+    if (op->fd >= 0)
+        rt__wait_printf(info, " on fd %d", op->fd);
+    if (op->pausing) {
+        /* The listener's backlog was full: the next try comes after the
+         * pause. */
+        info->deadline_ns = op->pause.deadline_ns;
+        rt__wait_printf(info, ", backlog full, next try at ");
+        rt__wait_from_now(info, op->pause.deadline_ns);
+    }
+}
+
+static const rt_future_vtable connect_vtable = {connect_vpoll, connect_vdrop, connect_vdescribe};
 
 RT_EXPORT int rt_unix_connect_init(rt_unix_connect *op, rt_runtime *rt, const char *name)
 {
@@ -403,7 +440,16 @@ static rt_poll send_to_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable send_to_vtable = {send_to_vpoll, NULL};
+static void send_to_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_unix_send_to *op = (const rt_unix_send_to *)f;
+    io_describe(info, RT_WAIT_WRITE, op->io, "send of a datagram");
+    char name[sizeof op->addr.sun_path + 2];
+    if (op->addr_len > 0 && rt_unix_addr_name(&op->addr, op->addr_len, name, sizeof name) >= 0)
+        rt__wait_printf(info, " to %s", name);
+}
+
+static const rt_future_vtable send_to_vtable = {send_to_vpoll, NULL, send_to_vdescribe};
 
 RT_EXPORT int rt_unix_send_to_init(rt_unix_send_to *op, rt_io *io, const void *buf, size_t len,
                                    const struct sockaddr_un *addr, socklen_t addr_len)
@@ -448,7 +494,12 @@ static rt_poll recv_from_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable recv_from_vtable = {recv_from_vpoll, NULL};
+static void recv_from_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    io_describe(info, RT_WAIT_READ, ((const rt_unix_recv_from *)f)->io, "receive of a datagram");
+}
+
+static const rt_future_vtable recv_from_vtable = {recv_from_vpoll, NULL, recv_from_vdescribe};
 
 RT_EXPORT int rt_unix_recv_from_init(rt_unix_recv_from *op, rt_io *io, void *buf, size_t len)
 {
@@ -496,7 +547,15 @@ static rt_poll send_fds_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable send_fds_vtable = {send_fds_vpoll, NULL};
+static void send_fds_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_unix_send_fds *op = (const rt_unix_send_fds *)f;
+    info->kind = RT_WAIT_WRITE;
+    info->fd = op->io->fd;
+    rt__wait_printf(info, "send of %zu descriptors on fd %d", op->nfds, info->fd);
+}
+
+static const rt_future_vtable send_fds_vtable = {send_fds_vpoll, NULL, send_fds_vdescribe};
 
 RT_EXPORT int rt_unix_send_fds_init(rt_unix_send_fds *op, rt_io *io, const void *buf, size_t len,
                                     const int *fds, size_t nfds)
@@ -564,7 +623,12 @@ static rt_poll recv_fds_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-static const rt_future_vtable recv_fds_vtable = {recv_fds_vpoll, NULL};
+static void recv_fds_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    io_describe(info, RT_WAIT_READ, ((const rt_unix_recv_fds *)f)->io, "receive of descriptors");
+}
+
+static const rt_future_vtable recv_fds_vtable = {recv_fds_vpoll, NULL, recv_fds_vdescribe};
 
 RT_EXPORT int rt_unix_recv_fds_init(rt_unix_recv_fds *op, rt_io *io, void *buf, size_t len,
                                     size_t max_fds)

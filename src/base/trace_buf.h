@@ -1,0 +1,125 @@
+/* The trace recorder's buffers: what rt__trace_record (events.h) writes
+ * into while a trace records, and how a trace starts and stops without
+ * stopping the threads that record. It knows no runtime: which buffer
+ * ("track") a thread writes to is decided by a function the layer above
+ * installs (rt__trace_session.classify), asked once per thread and trace.
+ *
+ * Buffers. A session has one track per worker, one for the reactor and one
+ * shared by every other thread; the caller sizes them. Each track is a
+ * fixed array of records allocated when the session is made; a thread
+ * whose track is full stops recording and counts what it drops. Nothing on
+ * the recording path allocates, takes a lock or waits. A track that one
+ * thread writes (a worker, the reactor) appends with plain stores; the
+ * shared track reserves a slot with a fetch-add.
+ *
+ * Starting and stopping (the flag protocol). rt__trace_active says whether
+ * a session records; `busy` counters, one per track index and one for
+ * classification, say which recorders may be using the session right now:
+ *
+ *   recorder                          stopper (rt__trace_end)
+ *   busy[i] += 1          (RMW)       active = 0               (seq_cst)
+ *   if (active)           (seq_cst)   wait until every busy == 0 (acquire)
+ *       use the session, write        the session is now the stopper's:
+ *   busy[i] -= 1          (release)   read the records, free the buffers
+ *
+ * This is a Dekker pair: a recorder that incremented busy[i] after the
+ * stopper read it as 0 sees active == 0 and touches nothing of the session,
+ * and a recorder that saw active == 1 has its busy[i] counted before the
+ * stopper's read. The recorder's decrement (a full-barrier RMW, so a
+ * release) pairs with the stopper's acquire load that reads 0: every
+ * record written is visible to the stopper. The counters live in static
+ * storage, never freed, because a recorder may touch its counter after the
+ * session it read has gone. The session itself is published by a release
+ * store of its pointer before the seq_cst store that sets active, and read
+ * by an acquire load after the recorder's seq_cst load of active.
+ *
+ * So a stop first stops recording (every thread sees active == 0 from its
+ * next event on, and the stopper waits out the few that were inside), then
+ * the stopped session is written at leisure, while the threads keep
+ * running. Internal, not installed. */
+#ifndef RT_SRC_TRACE_BUF_H
+#define RT_SRC_TRACE_BUF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <asyncrt/runtime.h>
+
+#include "common.h"
+#include "events.h"
+
+/* One event: 32 bytes. */
+typedef struct rt__trace_rec {
+    uint64_t ts_ns; /* CLOCK_MONOTONIC */
+    uint64_t task;  /* task id, 0 when the event has none */
+    uint64_t arg;   /* events.h: the event's extra integer */
+    int32_t worker; /* as the event site passed it (events.h) */
+    uint32_t type;  /* enum rt__ev_type */
+} rt__trace_rec;
+
+/* Tracks a session may have: every worker, the reactor, the other threads. */
+#define RT__TRACE_TRACKS_MAX (RT_MAX_WORKERS + 2)
+
+/* Records per track unless ASYNCRT_TRACE_EVENTS says otherwise, and the
+ * bounds of that variable. */
+#define RT__TRACE_RECORDS_DEFAULT (1u << 18)
+#define RT__TRACE_RECORDS_MIN 16u
+#define RT__TRACE_RECORDS_MAX (1u << 26)
+
+typedef struct rt__trace_track {
+    rt__trace_rec *recs;
+    uint64_t cap;
+    /* Records written (single writer: stored relaxed by its thread), or
+     * slots reserved, possibly past cap (shared: fetch-add). */
+    uint64_t len;
+    /* Events not recorded because the track was full. */
+    uint64_t dropped;
+    bool shared; /* several threads write it */
+    char name[32];
+} RT_ALIGNED_CACHELINE rt__trace_track;
+
+/* Returns the track the calling thread records into for this session
+ * (0 .. ntracks - 1), or -1 when it records nothing. `worker` is what the
+ * thread's first event passed (events.h). Called once per thread and
+ * session, with the session protected as for a record. */
+typedef int (*rt__trace_classify_fn)(void *ctx, int worker);
+
+typedef struct rt__trace_session {
+    uint64_t gen;     /* set by rt__trace_begin: unique per session */
+    int64_t start_ns; /* CLOCK_MONOTONIC at begin */
+    int64_t stop_ns;  /* at end */
+    unsigned ntracks;
+    rt__trace_track *tracks;
+    rt__trace_classify_fn classify;
+    void *ctx;
+} rt__trace_session;
+
+/* Records per track for a new session: ASYNCRT_TRACE_EVENTS when it is a
+ * number in [RT__TRACE_RECORDS_MIN, RT__TRACE_RECORDS_MAX], else the
+ * default. */
+uint64_t rt__trace_records_per_track(void);
+
+/* Makes a session of `ntracks` tracks (at most RT__TRACE_TRACKS_MAX) of
+ * `cap` records each; track `shared_track` (or none: -1) is the shared one.
+ * The buffers are allocated, not touched. Returns 0 or -ENOMEM. */
+int rt__trace_session_new(unsigned ntracks, uint64_t cap, int shared_track,
+                          rt__trace_session **out);
+/* Frees a session that is not recording (never begun, or ended). */
+void rt__trace_session_free(rt__trace_session *s);
+
+/* Starts recording into `s` (classify and ctx set). The caller makes sure
+ * that no other session records (the public API's lock). */
+void rt__trace_begin(rt__trace_session *s);
+/* Stops recording and waits until no thread is inside rt__trace_record:
+ * afterwards the session's records are the caller's alone. Same caller
+ * rule as rt__trace_begin. Never blocks for longer than the recorders
+ * that were inside take to leave (a few instructions each, unless one was
+ * preempted there). */
+void rt__trace_end(rt__trace_session *s);
+
+/* Writes an ended session to `fd` as Chrome trace-event JSON (see
+ * docs/tracing.md): `process` names the process track. Returns 0, or a
+ * negative errno from write(2), or -ENOMEM. (trace_json.c) */
+int rt__trace_write_json(rt__trace_session *s, int fd, const char *process);
+
+#endif
