@@ -2,8 +2,9 @@
  *
  * Two tasks deadlock: each holds one async mutex and waits for the other's.
  * A third waits on a channel whose sender was forgotten. Once they are
- * stuck it prints "ready". On SIGQUIT it writes a task dump to standard
- * error and keeps running; on SIGTERM it shuts down and exits 0.
+ * stuck it prints "ready". On SIGQUIT the runtime's reactor writes a task
+ * dump to standard error (rt_config.dump_signal) and the program keeps
+ * running; on SIGTERM it shuts down and exits 0.
  *
  *     ./stuck & sleep 0.5; kill -QUIT %1; kill -TERM %1
  *
@@ -68,17 +69,21 @@ static int count_waiting(const rt_task_info *t, void *arg)
 
 int main(void)
 {
-    /* Signals are taken by sigwait below: blocked here, and so in every
-     * thread the runtime starts. */
-    sigset_t stop;
+    /* Blocked here, and so in every thread the runtime starts: SIGQUIT is
+     * taken by the runtime's listener, the others by sigwait below. */
+    sigset_t stop, blocked;
     sigemptyset(&stop);
-    sigaddset(&stop, SIGQUIT);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    blocked = stop;
+    sigaddset(&blocked, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &blocked, NULL);
 
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.dump_signal = SIGQUIT; /* the dump goes to dump_fd, standard error */
     rt_runtime *rt;
-    int err = rt_runtime_new(NULL, &rt);
+    int err = rt_runtime_new(&cfg, &rt);
     if (err < 0) {
         fprintf(stderr, "stuck: %s\n", rt_strerror(err));
         return 1;
@@ -119,16 +124,9 @@ int main(void)
     printf("ready\n");
     fflush(stdout);
 
-    for (;;) {
-        int sig;
-        if (sigwait(&stop, &sig) != 0)
-            continue;
-        if (sig == SIGQUIT) {
-            rt_runtime_dump_fd(rt, 2);
-            continue;
-        }
-        break;
-    }
+    int sig;
+    while (sigwait(&stop, &sig) != 0)
+        ;
     /* Shutdown cancels the stuck tasks; their drops give the locks back. */
     rt_runtime_free(rt);
     rt_chan_sender_drop(forgotten);

@@ -1,7 +1,8 @@
 /* The readable task dump (rt_runtime_dump): rt_runtime_tasks' tasks,
- * grouped by what they are doing, laid out like Go's goroutine dump. Only
- * public interfaces are used, so a user could write the same from
- * rt_runtime_tasks. */
+ * grouped by what they are doing, laid out like Go's goroutine dump. It
+ * needs nothing but what rt_runtime_tasks gives (a user could write the
+ * same), except that the reactor's dump on a signal must not wait for a
+ * shutdown (rt__runtime_tasks). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,7 +14,9 @@
 #include <asyncrt/task.h>
 
 #include "common.h"
+#include "dump_signal.h"
 #include "fault.h"
+#include "runtime.h"
 
 /* Ids listed per group before "and N more". */
 #define DUMP_IDS 8
@@ -208,11 +211,11 @@ static void emit_group(dump_out *o, const dump_group *g)
     emit(o, "\n");
 }
 
-static int dump_to(rt_runtime *rt, dump_out *o)
+static int dump_to(rt_runtime *rt, dump_out *o, bool wait)
 {
     dump_state d;
     memset(&d, 0, sizeof d);
-    int n = rt_runtime_tasks(rt, collect, &d);
+    int n = rt__runtime_tasks(rt, collect, &d, wait);
     if (n < 0) {
         free(d.groups);
         return d.failed ? -ENOMEM : n;
@@ -238,7 +241,7 @@ RT_EXPORT int rt_runtime_dump(rt_runtime *rt, FILE *out)
     if (rt == NULL || out == NULL)
         return -EINVAL;
     dump_out o = {out, -1, 0};
-    int err = dump_to(rt, &o);
+    int err = dump_to(rt, &o, true);
     if (err == 0 && (fflush(out) != 0 || ferror(out)))
         err = -EIO;
     return err;
@@ -251,5 +254,11 @@ RT_EXPORT int rt_runtime_dump_fd(rt_runtime *rt, int fd)
     if (fd < 0)
         return -EBADF;
     dump_out o = {NULL, fd, 0};
-    return dump_to(rt, &o);
+    return dump_to(rt, &o, true);
+}
+
+int rt__runtime_dump_fd_nowait(rt_runtime *rt, int fd)
+{
+    dump_out o = {NULL, fd, 0};
+    return dump_to(rt, &o, false);
 }

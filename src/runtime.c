@@ -9,6 +9,7 @@
 #include "atomic.h"
 #include "blocking.h"
 #include "cpus.h"
+#include "dump_signal.h"
 #include "io_internal.h"
 #include "runtime.h"
 #include "spawning.h"
@@ -27,6 +28,7 @@ RT_EXPORT void rt_config_init(rt_config *cfg)
     cfg->blocking_idle_ns = 10 * 1000000000LL;
     cfg->blocking_shutdown_ns = 10 * 1000000000LL;
     cfg->reactor_nap_ns = 500000;
+    cfg->dump_fd = 2;
 }
 
 RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
@@ -128,7 +130,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         cfg = &defaults;
     if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0 ||
         cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0 ||
-        cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1)
+        cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1 || cfg->dump_signal < 0 ||
+        (cfg->dump_signal > 0 && cfg->dump_fd < 0))
         return -EINVAL;
     int64_t stall_ns = cfg->stall_ns > 0 ? cfg->stall_ns : stall_ns_from_env();
 
@@ -227,6 +230,13 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         pthread_setname_np(rt->workers[i].thread, name);
     }
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    /* Last: its listener needs the reactor running. Failing here undoes
+     * everything through a shutdown. */
+    if (cfg->dump_signal > 0 &&
+        (err = rt__dump_trigger_start(rt, cfg->dump_signal, cfg->dump_fd, &rt->dump_trigger)) < 0) {
+        rt_runtime_free(rt);
+        return err;
+    }
     *out = rt;
     return 0;
 
@@ -271,6 +281,7 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     }
     rt__watchdog_stop(rt->watchdog);
     rt->watchdog = NULL;
+    rt__dump_trigger_stop(rt->dump_trigger);
     rt__trace_shutdown(rt);
     stop_and_join_workers(rt);
 
@@ -297,6 +308,8 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
      * runs (no rt_io can be opened after this), then the reactor stops. */
     rt__io_close_all(rt);
     rt__reactor_stop(&rt->reactor);
+    rt__dump_trigger_free(rt->dump_trigger);
+    rt->dump_trigger = NULL;
     rt__scheduler_drain(rt);
     rt->shut_down = true;
     pthread_mutex_unlock(&rt->lifecycle_lock);

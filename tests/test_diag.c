@@ -1,6 +1,8 @@
 /* Task dumps, lost wake-up and stall reports, poll timing (diag.h). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,4 +390,60 @@ Test(diag, errors)
     int n = 0;
     cr_assert_eq(rt_runtime_tasks(rt, count_only, &n), -ESHUTDOWN);
     cr_assert_eq(rt_runtime_free(rt), 0);
+}
+
+/* ---- The dump on a signal -------------------------------------------------------- */
+
+Test(diag, the_dump_signal_makes_the_reactor_write_a_dump)
+{
+    /* Blocked before the runtime starts, so its threads block it too and
+     * the listener's signalfd takes it (the handler would work as well). */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.dump_signal = SIGUSR1;
+    cfg.dump_fd = fds[1];
+    rt_runtime *rt = new_runtime_config(&cfg);
+    struct event polled = EVENT_INIT;
+    struct forgetful fg = {.polled = &polled};
+    rt_task *task;
+    cr_assert_eq(rt_spawn(rt, forgetful_poll, rt_coro_drop, &fg, sizeof fg, &task), 0);
+    cr_assert(event_wait_for(&polled, 1));
+
+    /* Two signals, two dumps, each read to its last group. */
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(kill(getpid(), SIGUSR1), 0);
+        char buf[4096] = "";
+        size_t len = 0;
+        while (strstr(buf, "in forgetful_poll") == NULL || strstr(buf, "spawned at") == NULL) {
+            ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
+            cr_assert_gt(n, 0);
+            len += (size_t)n;
+            buf[len] = '\0';
+        }
+        cr_assert(strstr(buf, "asyncrt task dump: 1 tasks") != NULL, "%s", buf);
+    }
+    rt_task_abort(task);
+    cr_assert_eq(rt_task_wait(task, -1, NULL), -ECANCELED);
+    finish_runtime(rt, 0);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+Test(diag, a_dump_signal_that_cannot_be_listened_for_fails_the_runtime_cleanly)
+{
+    int before = count_fds();
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.dump_signal = SIGKILL;
+    rt_runtime *rt = NULL;
+    cr_assert_eq(rt_runtime_new(&cfg, &rt), -EINVAL);
+    cr_assert_null(rt);
+    cr_assert_eq(count_fds(), before);
 }

@@ -104,6 +104,19 @@ typedef struct rt_config {
      * are always looked for, by the workers' registry sweeps. */
     void (*report)(const struct rt_report *report, void *arg);
     void *report_arg; /* passed to `report` */
+    /* A signal (SIGQUIT, SIGUSR1, ...) at which the reactor thread writes a
+     * task dump (rt_runtime_dump_fd) to dump_fd, then goes on: the signal
+     * reaches the runtime through a listener of signal.h (the same rules
+     * apply: its handler only wakes the reactor; block the signal in every
+     * thread, before rt_runtime_new, under ThreadSanitizer), so the dump is
+     * never written from a signal handler, and is written even when every
+     * worker is stuck in a poll. The reactor does nothing else while it
+     * writes: a dump_fd that blocks (a full pipe) holds up timers and I/O.
+     * 0: none. Default 0. */
+    int dump_signal;
+    /* Where the signal's dumps go: a descriptor the caller keeps open for
+     * the runtime's life. Default 2 (standard error). */
+    int dump_fd;
 } rt_config;
 
 /* Largest accepted rt_config.workers. */

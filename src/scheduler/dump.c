@@ -13,6 +13,7 @@
  * torn. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,13 +230,28 @@ static __thread bool in_visit;
 
 RT_EXPORT int rt_runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg)
 {
+    return rt__runtime_tasks(rt, fn, arg, true);
+}
+
+int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
+{
     if (rt == NULL || fn == NULL)
         return -EINVAL;
     if (in_visit || rt__thread_in_shutdown())
         return -EDEADLK;
     /* The lifecycle lock keeps shutdown away: it claims every unfinished
-     * task without looking, which must not meet a held one. */
-    pthread_mutex_lock(&rt->lifecycle_lock);
+     * task without looking, which must not meet a held one. A caller that
+     * must not wait for a shutdown (the reactor, which shutdown stops)
+     * tries until it gets the lock or sees the shutdown begin. */
+    if (wait) {
+        pthread_mutex_lock(&rt->lifecycle_lock);
+    } else {
+        while (pthread_mutex_trylock(&rt->lifecycle_lock) != 0) {
+            if (rt__load_acquire_u32(&rt->closing))
+                return -ESHUTDOWN;
+            sched_yield();
+        }
+    }
     if (rt->shut_down || rt__load_acquire_u32(&rt->closing)) {
         pthread_mutex_unlock(&rt->lifecycle_lock);
         return -ESHUTDOWN;

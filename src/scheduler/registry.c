@@ -140,7 +140,7 @@ void rt__registry_sweep_idle(rt__worker *w)
      * worker has nothing better to do, and reported after the sweep. */
     rt__registry_entry lost[RT__LOST_PER_SWEEP];
     unsigned nlost = 0;
-    uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
+    uint64_t polls = rt__load_relaxed_u64(&w->polls_ended);
     if (sweep_worthwhile(&w->registry, polls)) {
         nlost = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
         w->registry.polls_at_sweep = polls;
@@ -152,7 +152,7 @@ void rt__registry_sweep_idle(rt__worker *w)
     rt_runtime *rt = w->rt;
     uint64_t all = 0;
     for (unsigned i = 0; i < rt->nworkers; i++)
-        all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
+        all += rt__load_relaxed_u64(&rt->workers[i].polls_ended);
     for (unsigned s = 0; s < rt->nforeign; s++) {
         rt__foreign_shard *sh = &rt->foreign[s];
         if (pthread_mutex_trylock(&sh->lock) != 0)

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <asyncrt/diag.h>
 #include <asyncrt/runtime.h>
 #include <asyncrt/task.h>
 
@@ -72,6 +73,8 @@ struct rt_runtime {
 
     /* The stall watchdog, or NULL; stalls it reported. */
     struct rt__watchdog *watchdog;
+    /* The dump on rt_config.dump_signal, or NULL (dump_signal.c). */
+    struct rt__dump_trigger *dump_trigger;
     uint64_t stalls;
 
     /* Serializes rt_runtime_shutdown callers, and keeps task dumps
@@ -99,6 +102,10 @@ void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n);
 void rt__scheduler_drain(rt_runtime *rt);
 
 struct rt_report;
+
+/* rt_runtime_tasks; with wait false it gives up with -ESHUTDOWN rather
+ * than wait for a shutdown in progress (the reactor's dump). dump.c. */
+int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait);
 
 /* Sends a report to rt_config.report (or rt_report_print). dump.c. */
 void rt__report(rt_runtime *rt, const struct rt_report *rep);

@@ -3,9 +3,9 @@
  * than it, once, then again each time it has run that much longer.
  *
  * The polls pay nothing for it: the watchdog reads what the worker writes
- * anyway, its poll count and `current` (relaxed loads, a moment old). A
- * worker whose count and current task have not changed between samples is
- * still in the same poll. To name the task the watchdog looks it up in the
+ * anyway, its count of polls ended and `current` (relaxed loads, a moment
+ * old). A worker whose count and current task have not changed between
+ * samples is still in the same poll. To name the task the watchdog looks it up in the
  * registries by address, which gives it a reference if the task is still
  * there, and then checks that the poll count has still not moved: if it
  * has, the poll ended meanwhile and nothing is reported. */
@@ -50,7 +50,7 @@ static void report_stall(struct rt__watchdog *wd, unsigned index, const watch_sa
         return;
     /* The reference keeps the task readable; the count says whether it is
      * still the same poll (not a new task at the same address). */
-    if (rt__load_relaxed_u64(&w->stats.polls) == s->polls &&
+    if (rt__load_relaxed_u64(&w->polls_ended) == s->polls &&
         rt__load_relaxed_ptr((void *const *)&w->own.current) == s->task) {
         const rt_coro_site *origin = rt__load_relaxed_ptr((void *const *)&w->poll_origin_site);
         rt_report rep;
@@ -83,7 +83,7 @@ static void sample_workers(struct rt__watchdog *wd)
         rt__worker *w = &rt->workers[i];
         watch_sample *s = &wd->samples[i];
         rt_task *cur = rt__load_relaxed_ptr((void *const *)&w->own.current);
-        uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
+        uint64_t polls = rt__load_relaxed_u64(&w->polls_ended);
         if (cur == NULL || cur != s->task || polls != s->polls) {
             s->task = cur;
             s->polls = polls;

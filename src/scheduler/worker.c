@@ -276,8 +276,8 @@ static bool run_task(rt__worker *w, rt_task *t)
         start = timed_poll_start(w, t);
     if (rt__unlikely(w->watched))
         note_poll_origin(w, t, s);
-    /* The poll count (below) and `current` are what the stall watchdog
-     * samples. */
+    /* Counted here, not when popped: a cancelled task is dropped unpolled. */
+    rt__stat_add(&w->stats.polls, 1);
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
     rt__budget_open(w->budget_limit);
@@ -360,7 +360,7 @@ void *rt__worker_main(void *arg)
              * saw the task running has a poll to make the next sweep
              * worthwhile (registry.c). */
             if (run_task(w, t))
-                rt__stat_add(&w->stats.polls, 1);
+                rt__stat_add(&w->polls_ended, 1);
             /* The batch's age is checked after every poll while a batch
              * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
              * about two polls at most (reactor.h). A poll that read the

@@ -1,0 +1,30 @@
+/* The task dump on a signal (rt_config.dump_signal; dump_signal.c).
+ * Internal, not installed. */
+#ifndef RT_SRC_DUMP_SIGNAL_H
+#define RT_SRC_DUMP_SIGNAL_H
+
+#include <asyncrt/future.h>
+#include <asyncrt/runtime.h>
+
+struct rt__dump_trigger;
+
+/* Listens for `signo` on rt (running: the reactor must be up) and writes a
+ * task dump to `fd` from the reactor thread at every arrival. Errors: those
+ * of rt_signal_new, -ENOMEM; nothing is left on error. */
+int rt__dump_trigger_start(rt_runtime *rt, int signo, int fd, struct rt__dump_trigger **out);
+
+/* Shutdown, first: no dump starts after it (one in progress gives up). */
+void rt__dump_trigger_stop(struct rt__dump_trigger *tr);
+
+/* Shutdown, once the reactor has stopped: frees the listener. NULL: no-op. */
+void rt__dump_trigger_free(struct rt__dump_trigger *tr);
+
+/* The trigger's waker vtable. */
+const rt_waker_vtable *rt__dump_trigger_vtable(void);
+
+/* rt_runtime_dump_fd for the reactor thread (diag.c): instead of waiting
+ * for a shutdown that holds the runtime's lifecycle lock (and will stop
+ * this very thread), it gives up with -ESHUTDOWN. */
+int rt__runtime_dump_fd_nowait(rt_runtime *rt, int fd);
+
+#endif
