@@ -20,6 +20,7 @@
  * POLLING to IDLE is the release that pairs with the next waker's acquire,
  * so the next poll sees everything this one wrote to the operation. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <asyncrt/diag.h>
@@ -133,6 +134,13 @@ void rt__dump_trigger_stop(struct rt__dump_trigger *tr)
     if (tr == NULL)
         return;
     rt__store_release_u32(&tr->stopping, 1);
+    /* A poll in progress (on the reactor) reads the listener's descriptors,
+     * which shutdown closes next: wait for it to end. It ends soon: a dump
+     * it started sees the runtime closing and gives up. Any later wake
+     * finds `stopping` and polls nothing. The acquire pairs with the
+     * poller's release back to IDLE. */
+    while (rt__load_acquire_u32(&tr->state) != TRIGGER_IDLE)
+        sched_yield();
 }
 
 void rt__dump_trigger_free(struct rt__dump_trigger *tr)

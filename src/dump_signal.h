@@ -13,7 +13,9 @@ struct rt__dump_trigger;
  * of rt_signal_new, -ENOMEM; nothing is left on error. */
 int rt__dump_trigger_start(rt_runtime *rt, int signo, int fd, struct rt__dump_trigger **out);
 
-/* Shutdown, first: no dump starts after it (one in progress gives up). */
+/* Shutdown, once the runtime is closing and before descriptors are
+ * closed: no poll of the listener starts after it, and it waits for one in
+ * progress (a dump in it gives up on the closing runtime). */
 void rt__dump_trigger_stop(struct rt__dump_trigger *tr);
 
 /* Shutdown, once the reactor has stopped: frees the listener. NULL: no-op. */

@@ -447,3 +447,82 @@ Test(diag, a_dump_signal_that_cannot_be_listened_for_fails_the_runtime_cleanly)
     cr_assert_null(rt);
     cr_assert_eq(count_fds(), before);
 }
+
+/* ---- Looks never lose a wake ------------------------------------------------------ */
+
+/* Two tasks pass a turn back and forth through two notifies, ROUNDS times:
+ * a wake lost while a dump holds one of them stops the pair for good. */
+#define PAIRS 16
+#define ROUNDS 400
+
+struct player {
+    rt_coro co;
+    rt_notify *mine, *theirs;
+    int round;
+    bool serves;
+    rt_notified turn;
+};
+
+static rt_poll player_poll(void *p, rt_context *cx, void **out)
+{
+    struct player *s = p;
+    RT_CORO_BEGIN(&s->co);
+    for (s->round = 0; s->round < ROUNDS; s->round++) {
+        if (!s->serves || s->round > 0) {
+            rt_notified_init(&s->turn, s->mine);
+            RT_AWAIT(&s->co, cx, &s->turn);
+        }
+        rt_notify_one(s->theirs);
+    }
+    RT_CORO_END(&s->co, out);
+}
+
+static atomic_bool stop_looking;
+
+static void *looker(void *arg)
+{
+    rt_runtime *rt = arg;
+    while (!atomic_load(&stop_looking)) {
+        int n = 0;
+        cr_assert_geq(rt_runtime_tasks(rt, count_only, &n), 0);
+    }
+    return NULL;
+}
+
+Test(diag, wakes_and_aborts_during_looks_are_never_lost)
+{
+    rt_runtime *rt = new_runtime(2);
+    rt_notify *n[2 * PAIRS];
+    for (int i = 0; i < 2 * PAIRS; i++)
+        cr_assert_eq(rt_notify_new(&n[i]), 0);
+    pthread_t lookers[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&lookers[i], NULL, looker, rt), 0);
+    rt_task *tasks[2 * PAIRS];
+    for (int i = 0; i < PAIRS; i++) {
+        struct player a = {.mine = n[2 * i], .theirs = n[2 * i + 1], .serves = true};
+        struct player b = {.mine = n[2 * i + 1], .theirs = n[2 * i]};
+        cr_assert_eq(rt_spawn(rt, player_poll, rt_coro_drop, &a, sizeof a, &tasks[2 * i]), 0);
+        cr_assert_eq(rt_spawn(rt, player_poll, rt_coro_drop, &b, sizeof b, &tasks[2 * i + 1]), 0);
+    }
+    /* A few waiting tasks aborted while the lookers hold them. */
+    rt_task *doomed[PAIRS];
+    struct event polled = EVENT_INIT;
+    for (int i = 0; i < PAIRS; i++) {
+        struct forgetful fg = {.polled = &polled};
+        cr_assert_eq(rt_spawn(rt, forgetful_poll, rt_coro_drop, &fg, sizeof fg, &doomed[i]), 0);
+    }
+    cr_assert(event_wait_for(&polled, PAIRS));
+    for (int i = 0; i < PAIRS; i++) {
+        rt_task_abort(doomed[i]);
+        cr_assert_eq(rt_task_wait(doomed[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    }
+    for (int i = 0; i < 2 * PAIRS; i++)
+        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0, "pair %d stopped", i / 2);
+    atomic_store(&stop_looking, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(lookers[i], NULL);
+    finish_runtime(rt, 0);
+    for (int i = 0; i < 2 * PAIRS; i++)
+        rt_notify_unref(n[i]);
+}

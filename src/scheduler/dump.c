@@ -140,6 +140,7 @@ static bool describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_
         info->state = RT_TASK_WAITING;
         info->lost_wakeup = rt__task_lost(s, 1);
         read_held(t, info);
+        RT__DEBUG_YIELD(); /* a wake or an abort may come during the hold */
         if (rt__task_state_unhold(t)) {
             /* Woken or aborted during the look: queued now. */
             rt__task_note_queued(t);
