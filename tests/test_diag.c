@@ -23,7 +23,8 @@ struct locker {
     struct event *polled;
 };
 
-static int locker_await_line;
+/* Written by every locker (the same value), read by the test. */
+static atomic_int locker_await_line;
 
 static rt_poll locker_poll(void *p, rt_context *cx, void **out)
 {
@@ -31,7 +32,7 @@ static rt_poll locker_poll(void *p, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     rt_mutex_lock_init(&s->lock, s->m);
     event_signal(s->polled);
-    locker_await_line = __LINE__ + 1;
+    atomic_store(&locker_await_line, __LINE__ + 1);
     RT_AWAIT_HOLD(&s->co, cx, &s->lock);
     RT_CORO_END(&s->co, out);
 }
@@ -69,7 +70,7 @@ static int note_task(const rt_task_info *t, void *arg)
     if (t->wait.kind == RT_WAIT_LOCK) {
         s->lock++;
         s->lock_id = t->id;
-        if (t->await_line == locker_await_line && t->await_file != NULL &&
+        if (t->await_line == atomic_load(&locker_await_line) && t->await_file != NULL &&
             strstr(t->await_file, "test_diag.c") != NULL &&
             strcmp(t->await_function, "locker_poll") == 0)
             s->coro_lines_ok++;
@@ -121,7 +122,8 @@ Test(diag, tasks_says_where_each_waits_and_on_what)
     char expect[128];
     snprintf(expect, sizeof expect, "%d tasks waiting at ", LOCKERS);
     cr_assert(strstr(text, expect) != NULL, "%s", text);
-    snprintf(expect, sizeof expect, "test_diag.c:%d in locker_poll", locker_await_line);
+    snprintf(expect, sizeof expect, "test_diag.c:%d in locker_poll",
+             atomic_load(&locker_await_line));
     cr_assert(strstr(text, expect) != NULL, "%s", text);
     cr_assert(strstr(text, "1 task waiting at ") != NULL, "%s", text);
     cr_assert(strstr(text, "and 42 more") != NULL, "%s", text);
@@ -235,13 +237,13 @@ struct blocker {
     int fd; /* read with the worker blocked until the report writes */
 };
 
-static int blocker_line;
+static atomic_int blocker_line;
 
 static rt_poll blocker_poll(void *p, rt_context *cx, void **out)
 {
     struct blocker *s = p;
     RT_CORO_BEGIN(&s->co);
-    blocker_line = __LINE__ + 1;
+    atomic_store(&blocker_line, __LINE__ + 1);
     RT_YIELD(&s->co, cx);
     {
         char c;
@@ -269,9 +271,9 @@ Test(diag, a_poll_that_blocks_its_worker_is_reported_as_a_stall)
     cr_assert_eq(rt_task_wait(task, -1, NULL), 0);
     cr_assert_geq(atomic_load(&r.stalls), 1);
     cr_assert_geq(atomic_load(&r.duration_ns), cfg.stall_ns);
-    cr_assert_eq(atomic_load(&r.line), blocker_line,
+    cr_assert_eq(atomic_load(&r.line), atomic_load(&blocker_line),
                  "the stall names where the poll started: %d vs %d, %d reports",
-                 atomic_load(&r.line), blocker_line, atomic_load(&r.stalls));
+                 atomic_load(&r.line), atomic_load(&blocker_line), atomic_load(&r.stalls));
     cr_assert_geq(atomic_load(&r.worker), 0);
     rt_metrics m;
     rt_metrics_read(rt, &m, sizeof m);
