@@ -127,7 +127,7 @@ static rt_poll never_poll(rt_future *f, rt_context *cx)
     return RT_PENDING;
 }
 
-static const rt_future_vtable never_vtable = {never_poll, NULL};
+static const rt_future_vtable never_vtable = {never_poll, NULL, NULL};
 
 static void never_init(struct never *n)
 {
@@ -164,12 +164,19 @@ static int run_root(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *stat
 }
 
 /* Creates the runtime a scenario runs on. */
-static int new_rt(unsigned workers, rt_runtime **rt)
+static int new_rt(unsigned workers, bool diag, rt_runtime **rt)
 {
     rt_config cfg;
     rt_config_init(&cfg);
     cfg.workers = workers;
     cfg.blocking_shutdown_ns = 2000000000;
+    if (diag) {
+        /* Every diagnostic that asks for resources: the watchdog thread,
+         * the dump signal's listener, timed tasks. */
+        cfg.stall_ns = 1000000000;
+        cfg.poll_timing = 1;
+        cfg.dump_signal = SIGUSR2;
+    }
     return EXPECT(rt_runtime_new(&cfg, rt));
 }
 
@@ -966,19 +973,83 @@ static int scenario_passing(rt_runtime *rt)
     return err;
 }
 
+/* 13. Diagnostics: task dumps and looks while children run, on a runtime
+ * with the watchdog, the dump signal and poll timing. */
+struct looker {
+    struct root_head h;
+    rt_task *tasks[3];
+    rt_task_join join;
+    int i;
+};
+
+static int count_task(const rt_task_info *t, void *arg)
+{
+    (void)t;
+    ++*(int *)arg;
+    return 0;
+}
+
+static rt_poll looker_poll(void *p, rt_context *cx, void **out)
+{
+    struct looker *s = p;
+    atomic_fetch_add(&ledger.polled[s->h.slot], 1);
+    RT_CORO_BEGIN(&s->h.co);
+    for (s->i = 0; s->i < 3; s->i++) {
+        if ((s->h.err = EXPECT(spawn_child(NULL, 3, &s->tasks[s->i]))) < 0)
+            RT_RETURN(&s->h.co, out, (intptr_t)s->h.err);
+    }
+    {
+        int n = 0;
+        int err = rt_runtime_tasks(rt_current(), count_task, &n);
+        if (err < 0)
+            s->h.err = EXPECT(err);
+        FILE *null = fopen("/dev/null", "w");
+        if (null != NULL) {
+            err = rt_runtime_dump(rt_current(), null);
+            if (err < 0)
+                s->h.err = EXPECT(err);
+            fclose(null);
+        }
+    }
+    for (s->i = 0; s->i < 3; s->i++) {
+        rt_task_join_init(&s->join, s->tasks[s->i]);
+        s->tasks[s->i] = NULL;
+        RT_AWAIT(&s->h.co, cx, &s->join);
+    }
+    RT_RETURN(&s->h.co, out, (intptr_t)s->h.err);
+    RT_CORO_END(&s->h.co, out);
+}
+
+static void looker_drop(void *p)
+{
+    struct looker *s = p;
+    RT_DROP(&s->join);
+    for (int i = 0; i < 3; i++)
+        rt_task_detach(s->tasks[i]);
+    root_drop_head(&s->h);
+}
+
+static int scenario_diag(rt_runtime *rt)
+{
+    struct looker l = {0};
+    return run_root(rt, looker_poll, looker_drop, &l, sizeof l);
+}
+
 struct scenario {
     const char *name;
     unsigned workers;
     int (*run)(rt_runtime *rt);
+    bool diag; /* on a runtime with every diagnostic on */
 };
 
 static const struct scenario scenarios[] = {
-    {"runtime", 2, scenario_runtime},   {"spawn", 2, scenario_spawn},
-    {"timers", 2, scenario_timers},     {"tcp", 2, scenario_tcp},
-    {"channel", 2, scenario_channel},   {"group", 2, scenario_group},
-    {"blocking", 2, scenario_blocking}, {"shutdown", 2, scenario_shutdown},
-    {"pipe", 2, scenario_pipe},         {"lines", 2, scenario_lines},
-    {"process", 2, scenario_process},   {"passing", 2, scenario_passing},
+    {"runtime", 2, scenario_runtime, false},   {"spawn", 2, scenario_spawn, false},
+    {"timers", 2, scenario_timers, false},     {"tcp", 2, scenario_tcp, false},
+    {"channel", 2, scenario_channel, false},   {"group", 2, scenario_group, false},
+    {"blocking", 2, scenario_blocking, false}, {"shutdown", 2, scenario_shutdown, false},
+    {"pipe", 2, scenario_pipe, false},         {"lines", 2, scenario_lines, false},
+    {"process", 2, scenario_process, false},   {"passing", 2, scenario_passing, false},
+    {"diag", 2, scenario_diag, true},
 };
 
 static unsigned count_dir(const char *path)
@@ -1004,7 +1075,7 @@ static void run_case(const struct scenario *sc, uint64_t nth, bool persistent, i
     rt__fault_arm(nth, persistent, 0, 0);
 
     rt_runtime *rt = NULL;
-    if (new_rt(sc->workers, &rt) == 0) {
+    if (new_rt(sc->workers, sc->diag, &rt) == 0) {
         sc->run(rt);
         int err = rt_runtime_free(rt);
         if (err != 0)

@@ -205,3 +205,8 @@ Test(fault, a_descriptor_passed_over_a_unix_socket_pair)
 {
     run_scenario("passing");
 }
+
+Test(fault, task_dumps_on_a_runtime_with_every_diagnostic_on)
+{
+    run_scenario("diag");
+}
