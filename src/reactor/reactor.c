@@ -251,8 +251,23 @@ void rt__reactor_release_io(rt__reactor *r, rt_io *io)
     pthread_mutex_unlock(&r->release_lock);
 }
 
-static void free_released(rt__reactor *r)
+void rt__reactor_look_begin(rt__reactor *r)
 {
+    rt__faa_u32(&r->looks, 1);
+}
+
+void rt__reactor_look_end(rt__reactor *r)
+{
+    rt__faa_u32(&r->looks, (uint32_t)-1);
+}
+
+static void free_released(rt__reactor *r, bool stopping)
+{
+    /* A look in progress may read a registration on the list (see
+     * rt__reactor_look_begin): keep them until a turn without one. At the
+     * stop none can be: shutdown excludes looks, and the workers are gone. */
+    if (!stopping && rt__load_seq_cst_u32(&r->looks) != 0)
+        return;
     pthread_mutex_lock(&r->release_lock);
     rt_io *io = r->release_list;
     r->release_list = NULL;
@@ -560,7 +575,7 @@ static void *reactor_main(void *arg)
 
     for (;;) {
         RT__DEBUG_WINDOW("reactor.turn"); /* a test may hold the turn to let commands pile up */
-        free_released(r);
+        free_released(r, false);
         enum commands_left left_over = take_commands(r);
         rt__timer_wheel_advance(&r->wheel, reactor_now_tick(r), rt__timer_fire, batch);
         rt__wake_batch_flush(batch);
@@ -727,6 +742,6 @@ void rt__reactor_stop(rt__reactor *r)
     assert(left == COMMANDS_NONE);
     (void)left;
     rt__timer_wheel_advance(&r->wheel, UINT64_MAX / 2, rt__timer_release_at_stop, NULL);
-    free_released(r);
+    free_released(r, true);
     release_resources(r);
 }

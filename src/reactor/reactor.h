@@ -100,9 +100,15 @@ typedef struct rt__reactor {
     rt__block_cache cache;
 
     /* Registrations of closed descriptors, freed at the top of the next turn
-     * (the reactor may hold an event naming one from epoll_wait). */
+     * (the reactor may hold an event naming one from epoll_wait), or of a
+     * later one while a look at tasks is in progress (`looks`). */
     pthread_mutex_t release_lock;
     struct rt_io *release_list;
+    /* Looks at tasks in progress (task dumps, lost wake-up reports): a
+     * look may describe an operation of a task it holds, which reads the
+     * rt_io the operation refers to, and an rt_io may be closed while a
+     * task waits on it (io.h). See rt__reactor_look_begin. */
+    uint32_t looks;
 
     /* Counters for rt_metrics_read: stored by the reactor thread only,
      * relaxed (a snapshot may be a turn behind). */
@@ -188,6 +194,20 @@ void rt__timer_batch_flush(rt__reactor *r, rt__timer_batch *batch);
 int rt__reactor_watch(rt__reactor *r, int fd, uint32_t events, void *ptr);
 void rt__reactor_unwatch(rt__reactor *r, int fd);
 void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
+
+/* A look at tasks begins / ends (around everything it reads). Closed
+ * rt_io registrations are not freed while one is in progress. Why that is
+ * enough: a look reads an rt_io only through the operation of a task it
+ * holds, and it can hold a task only while the task is idle. A close wakes
+ * the tasks waiting on the rt_io, so a task that is idle and awaits an
+ * operation on a closed rt_io was held before the close's wake: the
+ * look's begin (seq_cst fetch-add) precedes its hold, the hold precedes
+ * the wake on the task's state word, the wake precedes the release of the
+ * registration, and that precedes the reactor's seq_cst load of `looks` in
+ * free_released, which therefore sees the look (tasks polled after the
+ * wake must not use the operation again: io.h). */
+void rt__reactor_look_begin(rt__reactor *r);
+void rt__reactor_look_end(rt__reactor *r);
 
 /* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). */
 #define RT__TIMER_TICK_NS 250000

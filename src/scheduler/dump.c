@@ -143,6 +143,8 @@ static bool describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_
         RT__DEBUG_YIELD(); /* a wake or an abort may come during the hold */
         if (rt__task_state_unhold(t)) {
             /* Woken or aborted during the look: queued now. */
+            info->state = RT_TASK_SCHEDULED;
+            info->lost_wakeup = false;
             rt__task_note_queued(t);
             rt__schedule(t);
         }
@@ -242,9 +244,12 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
         return -EDEADLK;
     /* The lifecycle lock keeps shutdown away: it claims every unfinished
      * task without looking, which must not meet a held one. A caller that
-     * must not wait for a shutdown (the reactor, which shutdown stops)
-     * tries until it gets the lock or sees the shutdown begin. */
-    if (wait) {
+     * must not wait for a shutdown (the reactor and the workers, which
+     * shutdown stops) tries until it gets the lock or sees the shutdown
+     * begin. */
+    /* A task of rt must not wait either: shutdown waits for it to end. */
+    rt__worker *self = rt__worker_current();
+    if (wait && (self == NULL || self->rt != rt)) {
         pthread_mutex_lock(&rt->lifecycle_lock);
     } else {
         while (pthread_mutex_trylock(&rt->lifecycle_lock) != 0) {
@@ -268,6 +273,7 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
     int visited = 0, stopped = 0;
     size_t i = 0;
     in_visit = true;
+    rt__reactor_look_begin(&rt->reactor);
     for (; i < snap.len && stopped == 0; i++) {
         rt_task_info info;
         if (describe_task(rt, snap.entries[i].task, snap.entries[i].site, &info, now)) {
@@ -276,6 +282,7 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
         }
         rt__task_unref(snap.entries[i].task, 1);
     }
+    rt__reactor_look_end(&rt->reactor);
     in_visit = false;
     release_snapshot(&snap, i);
     pthread_mutex_unlock(&rt->lifecycle_lock);
@@ -287,13 +294,24 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
 void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
 {
     rt_runtime *rt = w->rt;
+    rt__reactor_look_begin(&rt->reactor);
     for (unsigned i = 0; i < n; i++) {
         rt_task *t = rt__registry_task(&lost[i]);
         rt_task_info info;
         /* Nothing can wake it, but an abort may have come since: then it
-         * is no longer waiting and not worth a report. */
-        if (describe_task(rt, t, lost[i].site, &info, rt__now_ns()) &&
-            info.state == RT_TASK_WAITING) {
+         * is no longer waiting and not worth a report. A dump may be
+         * holding it for its own look (it then seems running): that ends
+         * in a moment, and the report is made after it. */
+        bool ok;
+        while ((ok = describe_task(rt, t, lost[i].site, &info, rt__now_ns())) &&
+               info.state != RT_TASK_WAITING) {
+            uint64_t s = rt__load_acquire_u64(&t->state);
+            if ((s & (RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED)) ||
+                polling_worker(rt, t) >= 0)
+                break;
+            sched_yield();
+        }
+        if (ok && info.state == RT_TASK_WAITING) {
             rt__stat_add(&w->stats.lost_wakeups, 1);
             rt_report rep;
             memset(&rep, 0, sizeof rep);
@@ -310,6 +328,7 @@ void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
         }
         rt__task_unref(t, 1);
     }
+    rt__reactor_look_end(&rt->reactor);
 }
 
 /* ---- Reports ------------------------------------------------------------------ */

@@ -158,6 +158,10 @@ void rt__park_worker(rt__worker *w)
     rt__timer_batch_flush(&rt->reactor, &w->own.timer_batch);
     assert(w->own.deferred_head == NULL && w->own.lifo == NULL && w->own.local_head == NULL);
     rt__registry_sweep_idle(w);
+    /* A lost wake-up report holds each task it names for a look; one
+     * aborted meanwhile was queued here when the look ended. */
+    if (w->own.lifo != NULL || w->own.local_head != NULL || w->own.deferred_head != NULL)
+        return;
     transition_to_parked(w);
     /* A napping reactor bet that busy workers need no new events yet; this
      * one is not busy any more. The announcement's RMW was the barrier that

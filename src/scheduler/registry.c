@@ -9,12 +9,12 @@
 
 #define RT_REGISTRY_MIN_CAP 256
 
-unsigned rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
-                            unsigned lost_cap)
+int rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
+                       unsigned lost_cap)
 {
     /* A dump is copying the entries: this sweep can wait for the next. */
     if (!rt__spin_trylock(&r->lock))
-        return 0;
+        return -1;
     unsigned nlost = 0;
     uint32_t kept = 0;
     for (uint32_t i = 0; i < r->len; i++) {
@@ -46,7 +46,7 @@ unsigned rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registr
     }
     rt__store_release_u32(&r->len, kept);
     rt__spin_unlock(&r->lock);
-    return nlost;
+    return (int)nlost;
 }
 
 /* Tasks of the runtime that have finished so far (relaxed sum of the
@@ -142,8 +142,12 @@ void rt__registry_sweep_idle(rt__worker *w)
     unsigned nlost = 0;
     uint64_t polls = rt__load_relaxed_u64(&w->polls_ended);
     if (sweep_worthwhile(&w->registry, polls)) {
-        nlost = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
-        w->registry.polls_at_sweep = polls;
+        int n = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
+        /* A sweep skipped for a dump's copy is owed: the count stays. */
+        if (n >= 0) {
+            nlost = (unsigned)n;
+            w->registry.polls_at_sweep = polls;
+        }
     }
     /* Foreign-spawned tasks run on every worker: use the total polls. Every
      * worker about to park looks at every shard (a shard swept lately is
@@ -158,9 +162,12 @@ void rt__registry_sweep_idle(rt__worker *w)
         if (pthread_mutex_trylock(&sh->lock) != 0)
             continue;
         if (sweep_worthwhile(&sh->registry, all)) {
-            nlost += rt__registry_sweep(&sh->registry, &sh->cache, lost + nlost,
-                                        RT__LOST_PER_SWEEP - nlost);
-            sh->registry.polls_at_sweep = all;
+            int n = rt__registry_sweep(&sh->registry, &sh->cache, lost + nlost,
+                                       RT__LOST_PER_SWEEP - nlost);
+            if (n >= 0) {
+                nlost += (unsigned)n;
+                sh->registry.polls_at_sweep = all;
+            }
         }
         pthread_mutex_unlock(&sh->lock);
     }

@@ -77,10 +77,10 @@ int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char 
  * Tasks found waiting with no waker left (lost wake-ups) are reported once
  * through rt->config.report when `lost` is not NULL: up to `lost_cap` of
  * them are stored there, each with a reference, for the caller to report
- * (rt__report_lost) once it holds no lock; returns how many. Skipped (0)
+ * (rt__report_lost) once it holds no lock; returns how many. Skipped (-1)
  * while a dump copies the entries. Caller: owner / shard lock. */
-unsigned rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
-                            unsigned lost_cap);
+int rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
+                       unsigned lost_cap);
 /* Shutdown: cancels every unfinished task (its drop runs), then releases all
  * references and the array. Returns how many were cancelled. Only after every
  * worker has exited. */

@@ -243,7 +243,7 @@ static void note_poll_origin(rt__worker *w, rt_task *t, uint64_t s)
 /* Polls `t`, popped from a run queue with the queue's reference: claims it,
  * polls it with the worker's budget, and completes, requeues or idles it by
  * what the poll returned and what happened meanwhile. */
-static bool run_task(rt__worker *w, rt_task *t)
+static void run_task(rt__worker *w, rt_task *t)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     if (s & RT__TASK_RUNNING) {
@@ -254,7 +254,7 @@ static bool run_task(rt__worker *w, rt_task *t)
         if (rt__unlikely(s & (RT__TASK_CANCELLED | RT__TASK_NOTIFIED))) {
             if (s & RT__TASK_CANCELLED) {
                 cancel_running(w, t);
-                return false;
+                return;
             }
             rt__task_state_consume_notified(t);
         }
@@ -265,7 +265,7 @@ static bool run_task(rt__worker *w, rt_task *t)
                RT__TASK_NOTIFIED);
         if (rt__unlikely(prev & RT__TASK_CANCELLED)) {
             cancel_running(w, t);
-            return false;
+            return;
         }
     }
 
@@ -294,7 +294,7 @@ static bool run_task(rt__worker *w, rt_task *t)
         rt__store_relaxed_ptr((void **)&w->own.current, NULL);
         rt__stat_add(&w->completed, 1);
         rt__task_complete(t, false, 1); /* and the run queue's reference */
-        return true;
+        return;
     }
     rt__store_relaxed_ptr((void **)&w->own.current, NULL);
 
@@ -306,7 +306,7 @@ static bool run_task(rt__worker *w, rt_task *t)
             cancel_running(w, t);
         else
             rt__defer(w, t);
-        return true;
+        return;
     }
 
     /* Pending: back to idle, unless woken or aborted during the poll. */
@@ -320,7 +320,6 @@ static bool run_task(rt__worker *w, rt_task *t)
     case RT__TASK_IDLE:
         break;
     }
-    return true;
 }
 
 static rt_task *search(rt__worker *w)
@@ -354,13 +353,13 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             rt__transition_from_searching(w);
             uint64_t readings = rt__tls_clock.count;
-            /* Counted once the poll and the state change after it are over
-             * (a task dropped unpolled is not counted): the stall watchdog
-             * sees the count unchanged through one poll, and a sweep that
-             * saw the task running has a poll to make the next sweep
+            /* Counted once the poll (or the drop of a cancelled task) and
+             * the state change after it are over: the stall watchdog sees
+             * the count unchanged through one poll, and a sweep that saw
+             * the task running has a poll to make the next sweep
              * worthwhile (registry.c). */
-            if (run_task(w, t))
-                rt__stat_add(&w->polls_ended, 1);
+            run_task(w, t);
+            rt__stat_add(&w->polls_ended, 1);
             /* The batch's age is checked after every poll while a batch
              * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
              * about two polls at most (reactor.h). A poll that read the

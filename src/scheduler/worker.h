@@ -113,9 +113,10 @@ typedef struct rt__worker {
     RT_ALIGNED_CACHELINE rt_worker_metrics stats;
     uint64_t completed; /* tasks that returned RT_READY here */
     uint64_t cancelled; /* tasks dropped unfinished here */
-    /* Polls whose task's state change after the poll is done (stats.polls
-     * counts them as they start): the stall watchdog's and the idle
-     * sweeps' clock (watchdog.c, registry.c). */
+    /* Polls (and drops of cancelled tasks) whose task's state change
+     * after them is done (stats.polls counts polls as they start): the
+     * stall watchdog's and the idle sweeps' clock (watchdog.c,
+     * registry.c). */
     uint64_t polls_ended;
     /* Where the poll in progress started from, when `watched`: a
      * coroutine's line and site (relaxed: the watchdog reads them). */

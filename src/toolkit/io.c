@@ -200,7 +200,8 @@ RT_EXPORT int rt_io_fd(const rt_io *io)
 {
     if (io == NULL)
         return -EBADF;
-    return io->fd;
+    /* A task dump may call it while another thread closes io. */
+    return (int)rt__load_relaxed_u32((const uint32_t *)&io->fd);
 }
 
 /* Unlinks from the runtime's list, removes from epoll before close(2), wakes
@@ -222,7 +223,8 @@ static int io_close(rt_io *io, bool unlink)
     int rc = close(io->fd) < 0 ? -errno : 0;
     rt__spin_lock(&io->lock);
     io->closed = true;
-    io->fd = -1;
+    /* Relaxed atomic: a task dump may read it (rt_io_fd) meanwhile. */
+    rt__store_relaxed_u32((uint32_t *)&io->fd, (uint32_t)-1);
     rt_waker reader = io->reader, writer = io->writer;
     io->reader = io->writer = rt_waker_noop();
     rt__spin_unlock(&io->lock);
@@ -281,13 +283,14 @@ static rt_poll io_ready_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, 0);
 }
 
-/* What an operation on io waits for: the descriptor is fixed from the
- * rt_io's registration to its close. */
+/* What an operation on io waits for. The descriptor is read through
+ * rt_io_fd: a task dump may describe the operation while another thread
+ * closes io (the reactor keeps its memory until the dump ends). */
 static void io_describe(rt_wait_info *info, rt_wait_kind kind, const rt_io *io, const char *what)
 {
     info->kind = kind;
-    info->fd = io->fd;
-    rt__wait_printf(info, "%s on fd %d", what, io->fd);
+    info->fd = rt_io_fd(io);
+    rt__wait_printf(info, "%s on fd %d", what, info->fd);
 }
 
 static void io_ready_vdescribe(const rt_future *f, rt_wait_info *info)

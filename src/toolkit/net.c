@@ -159,12 +159,13 @@ static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, err);
 }
 
-/* Descriptor numbers are fixed from an rt_io's registration to its close. */
+/* Descriptors are read through rt_io_fd: a task dump may describe an
+ * operation while another thread closes its rt_io (io.h). */
 static void accept_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_tcp_accept *op = (const rt_tcp_accept *)f;
     info->kind = RT_WAIT_ACCEPT;
-    info->fd = op->listener->fd;
+    info->fd = rt_io_fd(op->listener);
     rt__wait_printf(info, "accept on fd %d", info->fd);
 }
 
@@ -281,7 +282,7 @@ static void connect_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_tcp_connect *op = (const rt_tcp_connect *)f;
     info->kind = RT_WAIT_CONNECT;
-    info->fd = op->io != NULL ? op->io->fd : -1;
+    info->fd = op->io != NULL ? rt_io_fd(op->io) : -1;
     rt__wait_printf(info, "connect to ");
     describe_addr(info, &op->addr, op->addr_len);
     if (info->fd >= 0)
@@ -372,7 +373,7 @@ static void udp_send_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_udp_send_to *op = (const rt_udp_send_to *)f;
     info->kind = RT_WAIT_WRITE;
-    info->fd = op->io->fd;
+    info->fd = rt_io_fd(op->io);
     rt__wait_printf(info, "send of a %zu-byte datagram on fd %d", op->len, info->fd);
     if (op->addr_len > 0) {
         rt__wait_printf(info, " to ");
@@ -421,7 +422,7 @@ static void udp_recv_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_udp_recv_from *op = (const rt_udp_recv_from *)f;
     info->kind = RT_WAIT_READ;
-    info->fd = op->io->fd;
+    info->fd = rt_io_fd(op->io);
     rt__wait_printf(info, "receive of a datagram on fd %d", info->fd);
 }
 

@@ -292,13 +292,14 @@ static rt_poll accept_vpoll(rt_future *f, rt_context *cx)
     return rt__future_finish(f, err);
 }
 
-/* What an operation on io waits for: the descriptor is fixed from the
- * rt_io's registration to its close. */
+/* What an operation on io waits for. The descriptor is read through
+ * rt_io_fd: a task dump may describe the operation while another thread
+ * closes io (the reactor keeps its memory until the dump ends). */
 static void io_describe(rt_wait_info *info, rt_wait_kind kind, const rt_io *io, const char *what)
 {
     info->kind = kind;
-    info->fd = io->fd;
-    rt__wait_printf(info, "%s on fd %d", what, io->fd);
+    info->fd = rt_io_fd(io);
+    rt__wait_printf(info, "%s on fd %d", what, info->fd);
 }
 
 static void accept_vdescribe(const rt_future *f, rt_wait_info *info)
@@ -551,7 +552,7 @@ static void send_fds_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_unix_send_fds *op = (const rt_unix_send_fds *)f;
     info->kind = RT_WAIT_WRITE;
-    info->fd = op->io->fd;
+    info->fd = rt_io_fd(op->io);
     rt__wait_printf(info, "send of %zu descriptors on fd %d", op->nfds, info->fd);
 }
 
