@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <asyncrt/coro.h>
 #include <asyncrt/diag.h>
 
 #include "atomic.h"
@@ -125,21 +124,11 @@ static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
     return opts->worker;
 }
 
-RT_EXPORT int(rt_spawn_ex)(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
-                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
-{
-    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0, NULL);
-}
-
-RT_EXPORT int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
-                             rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-                             rt_task **handle)
-{
-    return rt__spawn(rt, opts, poll, drop, state, size, handle, 0, site);
-}
-
-int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
+/* Every spawn function is this, inlined: a spawn is a hot path, and one
+ * call more per spawn shows in spawn-heavy programs. */
+static inline __attribute__((always_inline)) int
+spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+           const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
 {
     if (handle != NULL)
         *handle = NULL;
@@ -188,7 +177,7 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     /* Queued already claimed (see runtime.h): the first poll needs no
      * read-modify-write to claim it. */
     t->state = flags | RT__TASK_RUNNING | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
-               (drop == rt_coro_drop ? RT__TASK_CORO : 0) | refs * RT__TASK_REF_ONE;
+               refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
     t->drop = drop;
     t->rt = rt;
@@ -217,10 +206,29 @@ out:
     return 0;
 }
 
+int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
+              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
+{
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, id, site);
+}
+
+RT_EXPORT int(rt_spawn_ex)(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
+                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
+{
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, NULL);
+}
+
+RT_EXPORT int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
+                             rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                             rt_task **handle)
+{
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, site);
+}
+
 RT_EXPORT int(rt_spawn)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
                         size_t size, rt_task **handle)
 {
-    return rt__spawn(rt, NULL, poll, drop, state, size, handle, 0, NULL);
+    return spawn_impl(rt, NULL, poll, drop, state, size, handle, 0, NULL);
 }
 
 RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
@@ -229,7 +237,7 @@ RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn pol
     rt_spawn_options opts;
     rt_spawn_options_init(&opts);
     opts.worker = RT_WORKER_CURRENT;
-    return rt__spawn(rt, &opts, poll, drop, state, size, handle, 0, site);
+    return spawn_impl(rt, &opts, poll, drop, state, size, handle, 0, site);
 }
 
 RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,

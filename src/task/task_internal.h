@@ -35,8 +35,8 @@
  *   bit 7 EXTENDED       an rt__task_ext precedes the header in the allocation
  *                        (a name, a pinned worker; set at spawn, never changed)
  *   bit 8 CORO           the future's state begins with an rt_coro (set once,
- *                        by the first poll that runs RT_CORO_BEGIN, or at
- *                        spawn with rt_coro_drop; never cleared)
+ *                        by the first poll that runs RT_CORO_BEGIN; never
+ *                        cleared)
  *   bit 9 TIMED          an rt__task_timing precedes the rt__task_ext
  *                        (rt_config.poll_timing; set at spawn, never changed)
  *   bits 10..63          reference count (handles, wakers, queue entry, registry)
@@ -456,9 +456,9 @@ static inline void rt__task_note_queued(rt_task *t)
 }
 
 /* coro: marks the task's state as beginning with an rt_coro. Only the worker
- * polling the task calls it; the fetch-or is a full barrier, so a task dump
- * that sees the bit (acquire) after holding the task reads the record as
- * the poll left it. */
+ * polling the task calls it, once; the fetch-or is a full barrier, and a
+ * task dump that holds the task afterwards sees the bit and reads the
+ * record as the poll left it. */
 static inline void rt__task_state_set_coro(rt_task *t)
 {
     rt__fao_u64(&t->state, RT__TASK_CORO);
