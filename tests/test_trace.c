@@ -201,8 +201,7 @@ Test(trace, stops_and_restarts_while_tasks_keep_running)
 {
     struct scratch sc;
     scratch_init(&sc);
-    /* Smaller buffers than the default, since this makes fifty of them; it
-     * still holds every event of a round. */
+    /* Smaller buffers than the default, since this makes fifty of them. */
     cr_assert_eq(setenv("ASYNCRT_TRACE_EVENTS", "65536", 1), 0);
     rt_runtime *rt = two_workers();
     rt_task *spinners[2];
@@ -213,7 +212,9 @@ Test(trace, stops_and_restarts_while_tasks_keep_running)
         /* A few hundred polls recorded, then stop in the middle of them. */
         cr_assert(event_wait_for(&spun, event_count(&spun) + 200));
         cr_assert_eq(rt_trace_stop(rt), 0);
-        check_trace(sc.path, "--workers", "2", "--no-drops", (char *)NULL);
+        /* Events may have been dropped: the spinners fill the buffers fast
+         * if this thread is slow to be scheduled. The file stays sound. */
+        check_trace(sc.path, "--workers", "2", (char *)NULL);
     }
     /* Quick cycles with no wait between them: starts and stops racing the
      * workers' events (a thread's cached track from the previous session,
@@ -222,7 +223,7 @@ Test(trace, stops_and_restarts_while_tasks_keep_running)
         cr_assert_eq(rt_trace_start(rt, sc.path), 0);
         cr_assert_eq(rt_trace_stop(rt), 0);
     }
-    check_trace(sc.path, "--workers", "2", "--no-drops", (char *)NULL);
+    check_trace(sc.path, "--workers", "2", (char *)NULL);
     unsetenv("ASYNCRT_TRACE_EVENTS");
     atomic_store(&spin_stop, true);
     wait_all(spinners, 2);

@@ -17,12 +17,13 @@
  *
  * Cost. While no trace records, each of those events costs one relaxed
  * load of a flag and a branch not taken. While one records, an event costs
- * a clock reading and a 32-byte store into the thread's buffer, with two
- * atomic increments on a cache line of that thread's own (tens of
- * nanoseconds). docs/tracing.md has measurements.
+ * a clock reading and a 32-byte store into the thread's buffer; a worker or
+ * the reactor does it without any locked instruction, other threads with
+ * two fetch-adds (tens of nanoseconds in all). rt_trace_stop makes one
+ * membarrier(2) system call. docs/tracing.md has measurements.
  *
- * Buffers. Each track holds a fixed number of events, allocated at start
- * and only touched as they fill: 262144 (8 MiB) unless the environment
+ * Buffers. Each track holds a fixed number of events, mapped at start and
+ * only touched as they fill: 262144 (8 MiB) unless the environment
  * variable ASYNCRT_TRACE_EVENTS, read at each start, says another number
  * between 16 and 67108864. A thread whose buffer is full stops recording
  * and counts what it drops; the file reports the counts (an "events

@@ -14,7 +14,8 @@
  *   when the library is built with RT_HAVE_SDT (meson option `usdt`). A
  *   probe is one nop instruction plus an ELF note until a tracer (perf,
  *   bpftrace, SystemTap) attaches to it; its arguments need only be in
- *   registers or memory, which they already are.
+ *   registers or memory, which they mostly are already (a wake's worker is
+ *   the one a call site computes: which worker the waking thread is).
  * - The trace recorder (trace_buf.h), which the public rt_trace_start turns
  *   on: while it is off, an event costs one relaxed load of
  *   rt__trace_active and a branch not taken; the recording itself is out of
@@ -56,8 +57,10 @@ extern uint32_t rt__trace_active __attribute__((visibility("hidden")));
 
 /* Records one event into the calling thread's trace buffer (trace_buf.c);
  * called only through RT__EV_TRACE. `arg`: the event's extra integer (the
- * victim of a steal, ready for a poll's end, the event count of a turn). */
-void rt__trace_record(uint32_t type, uint64_t task, int worker, uint64_t arg);
+ * victim of a steal, ready for a poll's end, the event count of a turn).
+ * Cold: the compiler keeps the call and its argument set-up off the path
+ * that runs while no trace records. */
+__attribute__((cold)) void rt__trace_record(uint32_t type, uint64_t task, int worker, uint64_t arg);
 
 #define RT__EV_TRACE(type, task, worker, arg)                                                      \
     do {                                                                                           \

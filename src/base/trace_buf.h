@@ -6,32 +6,49 @@
  *
  * Buffers. A session has one track per worker, one for the reactor and one
  * shared by every other thread; the caller sizes them. Each track is a
- * fixed array of records allocated when the session is made; a thread
- * whose track is full stops recording and counts what it drops. Nothing on
- * the recording path allocates, takes a lock or waits. A track that one
- * thread writes (a worker, the reactor) appends with plain stores; the
- * shared track reserves a slot with a fetch-add.
+ * fixed array of records mapped when the session is made (its pages are
+ * touched only as records fill them); a thread whose track is full stops
+ * recording and counts what it drops. Nothing on the recording path
+ * allocates, takes a lock or waits. A track that one thread writes (a
+ * worker, the reactor) appends with plain stores; the shared track
+ * reserves a slot with a fetch-add.
  *
  * Starting and stopping (the flag protocol). rt__trace_active says whether
- * a session records; `busy` counters, one per track index and one for
- * classification, say which recorders may be using the session right now:
+ * a session records. Each recorder announces that it may be using the
+ * session in a busy word before it looks at the flag, and the stopper
+ * clears the flag before it waits for every busy word to read 0:
  *
  *   recorder                          stopper (rt__trace_end)
- *   busy[i] += 1          (RMW)       active = 0               (seq_cst)
- *   if (active)           (seq_cst)   wait until every busy == 0 (acquire)
- *       use the session, write        the session is now the stopper's:
- *   busy[i] -= 1          (release)   read the records, free the buffers
+ *   busy = 1                          active = 0
+ *   StoreLoad barrier (see below)     StoreLoad barrier (see below)
+ *   if (active && gen is its own)     wait until every busy word == 0
+ *       write into the session        the session is now the stopper's:
+ *   busy = 0            (release)     read the records, free the buffers
  *
- * This is a Dekker pair: a recorder that incremented busy[i] after the
- * stopper read it as 0 sees active == 0 and touches nothing of the session,
- * and a recorder that saw active == 1 has its busy[i] counted before the
- * stopper's read. The recorder's decrement (a full-barrier RMW, so a
- * release) pairs with the stopper's acquire load that reads 0: every
- * record written is visible to the stopper. The counters live in static
- * storage, never freed, because a recorder may touch its counter after the
- * session it read has gone. The session itself is published by a release
- * store of its pointer before the seq_cst store that sets active, and read
- * by an acquire load after the recorder's seq_cst load of active.
+ * This is a Dekker pair: a recorder whose busy = 1 the stopper missed sees
+ * active == 0 and touches nothing of the session; one that saw active == 1
+ * is waited for. The release that clears busy pairs with the stopper's
+ * acquire load that reads 0, so every record written is visible to it.
+ *
+ * Which busy word: a worker or the reactor (a thread that owns its track)
+ * uses a thread-local word, registered in its track when the thread is
+ * first classified, and plain stores: its side of the StoreLoad barrier is
+ * the stopper's membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a
+ * full barrier on every thread of the process, so recording costs no
+ * locked instruction. Where the kernel refuses membarrier, recorders run a
+ * real fence instead (trace_fence). The threads sharing the last track
+ * count themselves in one static counter with fetch-adds (full barriers),
+ * and threads asking the classify function in another. The counters are
+ * static and the thread-local words outlive every session their threads
+ * record in (the workers and the reactor outlive the trace, which
+ * shutdown stops first), so a recorder may touch its word after the
+ * session it read has gone; it dereferences the session only after
+ * checking, under its busy word, that the session is the one it was
+ * classified in (the generation, in static storage).
+ *
+ * The session is published by a release store of its pointer and of its
+ * generation before the store that sets active; a recorder loads active
+ * with acquire before it reads either.
  *
  * So a stop first stops recording (every thread sees active == 0 from its
  * next event on, and the stopper waits out the few that were inside), then
@@ -75,6 +92,9 @@ typedef struct rt__trace_track {
     /* Events not recorded because the track was full. */
     uint64_t dropped;
     bool shared; /* several threads write it */
+    /* The address of the owning thread's busy word (a single-writer
+     * track), 0 until that thread's first event in the session. */
+    uint64_t owner_busy;
     char name[32];
 } RT_ALIGNED_CACHELINE rt__trace_track;
 
@@ -101,7 +121,8 @@ uint64_t rt__trace_records_per_track(void);
 
 /* Makes a session of `ntracks` tracks (at most RT__TRACE_TRACKS_MAX) of
  * `cap` records each; track `shared_track` (or none: -1) is the shared one.
- * The buffers are allocated, not touched. Returns 0 or -ENOMEM. */
+ * The buffers are mapped, not touched. Returns 0, -EINVAL (ntracks out of
+ * range) or -ENOMEM. */
 int rt__trace_session_new(unsigned ntracks, uint64_t cap, int shared_track,
                           rt__trace_session **out);
 /* Frees a session that is not recording (never begun, or ended). */
@@ -112,9 +133,9 @@ void rt__trace_session_free(rt__trace_session *s);
 void rt__trace_begin(rt__trace_session *s);
 /* Stops recording and waits until no thread is inside rt__trace_record:
  * afterwards the session's records are the caller's alone. Same caller
- * rule as rt__trace_begin. Never blocks for longer than the recorders
- * that were inside take to leave (a few instructions each, unless one was
- * preempted there). */
+ * rule as rt__trace_begin. Costs one membarrier system call, and never
+ * waits longer than the recorders that were inside take to leave (a few
+ * instructions each, unless one was preempted there). */
 void rt__trace_end(rt__trace_session *s);
 
 /* Writes an ended session to `fd` as Chrome trace-event JSON (see
