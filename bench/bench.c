@@ -1548,6 +1548,8 @@ static const char USAGE[] =
     "  --rep-timeout S        fail a repetition that takes over S seconds\n"
     "                         (default 60; 0: no limit)\n"
     "  --verbose              per-repetition times and runtime metrics on stderr\n"
+    "  --trace FILE           record a trace of the whole run (asyncrt/trace.h) and\n"
+    "                         write it to FILE at the end (docs/tracing.md)\n"
     "  --help                 this text\n"
     "workloads: spawn_local spawn_remote yield_many ping_pong chained_spawn fork_join\n"
     "           timers tcp_echo\n";
@@ -1579,6 +1581,7 @@ struct options {
     unsigned reps;
     unsigned rep_timeout_s;
     bool verbose;
+    const char *trace; /* --trace FILE, or NULL */
     const char *json;
     int echo_server_port; /* -1: run the workloads */
     bool selected[N_WORKLOADS];
@@ -1644,6 +1647,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_ECHO_SERVER,
         OPT_REP_TIMEOUT,
         OPT_VERBOSE,
+        OPT_TRACE,
         OPT_HELP
     };
     static const struct option longopts[] = {
@@ -1668,6 +1672,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"echo-server", required_argument, NULL, OPT_ECHO_SERVER},
         {"rep-timeout", required_argument, NULL, OPT_REP_TIMEOUT},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"trace", required_argument, NULL, OPT_TRACE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -1761,6 +1766,9 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_VERBOSE:
             o->verbose = true;
+            break;
+        case OPT_TRACE:
+            o->trace = optarg;
             break;
         case OPT_HELP:
             fputs(USAGE, stdout);
@@ -1870,6 +1878,8 @@ int main(int argc, char **argv)
     int err = rt_runtime_new(&cfg, &rt);
     if (err < 0)
         fail("rt_runtime_new (%u workers): %s", o.workers, rt_strerror(err));
+    if (o.trace != NULL && (err = rt_trace_start(rt, o.trace)) < 0)
+        fail("rt_trace_start %s: %s", o.trace, rt_strerror(err));
 
     struct summary summaries[N_WORKLOADS];
     size_t n_summaries = 0;
@@ -1882,6 +1892,8 @@ int main(int argc, char **argv)
         n_summaries++;
     }
 
+    if (o.trace != NULL && (err = rt_trace_stop(rt)) < 0)
+        fail("rt_trace_stop %s: %s", o.trace, rt_strerror(err));
     int cancelled = rt_runtime_shutdown(rt);
     if (o.verbose)
         rt_metrics_print(rt, stderr);
