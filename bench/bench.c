@@ -1548,6 +1548,8 @@ static const char USAGE[] =
     "  --rep-timeout S        fail a repetition that takes over S seconds\n"
     "                         (default 60; 0: no limit)\n"
     "  --verbose              per-repetition times and runtime metrics on stderr\n"
+    "  --poll-timing          run with rt_config.poll_timing (per-task poll times and\n"
+    "                         the per-worker histograms; docs/debugging.md)\n"
     "  --trace FILE           record a trace of the whole run (asyncrt/trace.h) and\n"
     "                         write it to FILE at the end (docs/tracing.md)\n"
     "  --help                 this text\n"
@@ -1582,6 +1584,7 @@ struct options {
     unsigned rep_timeout_s;
     bool verbose;
     const char *trace; /* --trace FILE, or NULL */
+    bool poll_timing;  /* --poll-timing */
     const char *json;
     int echo_server_port; /* -1: run the workloads */
     bool selected[N_WORKLOADS];
@@ -1648,6 +1651,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_REP_TIMEOUT,
         OPT_VERBOSE,
         OPT_TRACE,
+        OPT_POLL_TIMING,
         OPT_HELP
     };
     static const struct option longopts[] = {
@@ -1673,6 +1677,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"rep-timeout", required_argument, NULL, OPT_REP_TIMEOUT},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"trace", required_argument, NULL, OPT_TRACE},
+        {"poll-timing", no_argument, NULL, OPT_POLL_TIMING},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -1769,6 +1774,9 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_TRACE:
             o->trace = optarg;
+            break;
+        case OPT_POLL_TIMING:
+            o->poll_timing = true;
             break;
         case OPT_HELP:
             fputs(USAGE, stdout);
@@ -1874,6 +1882,7 @@ int main(int argc, char **argv)
     rt_config cfg;
     rt_config_init(&cfg);
     cfg.workers = o.workers;
+    cfg.poll_timing = o.poll_timing ? 1 : 0;
     rt_runtime *rt;
     int err = rt_runtime_new(&cfg, &rt);
     if (err < 0)

@@ -186,6 +186,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         w->own.rng = 0x9e3779b9u * (i + 1);
         w->budget_limit = cfg->budget;
         w->watched = stall_ns > 0;
+        w->instrumented = w->watched || cfg->poll_timing != 0;
     }
     /* The runtime's threads block SIGPIPE (they inherit the mask): a write
      * to a pipe whose reader is gone returns -EPIPE instead of killing the

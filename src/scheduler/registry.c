@@ -7,8 +7,6 @@
 #include "fault.h"
 #include "runtime.h"
 
-#define RT_REGISTRY_MIN_CAP 256
-
 int rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
                        unsigned lost_cap)
 {
@@ -60,27 +58,27 @@ static uint64_t finished_so_far(rt_runtime *rt)
     return n;
 }
 
-int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
-                        rt__block_cache *cache)
+int rt__registry_insert_slow(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
+                             rt__block_cache *cache)
 {
     /* Sweep once as many tasks were registered as were alive after the last
-     * sweep (at least RT_REGISTRY_MIN_CAP): each sweep's scan is paid for by
-     * the inserts since the previous one. And every RT_REGISTRY_MIN_CAP
+     * sweep (at least RT__REGISTRY_MIN_CAP): each sweep's scan is paid for by
+     * the inserts since the previous one. And every RT__REGISTRY_MIN_CAP
      * inserts, sweep early if the runtime has finished at least half as many
      * tasks as are registered here since the last sweep: after a burst, the
      * burst's blocks then come back before the next burst asks for new
      * memory (otherwise every burst costs sysmalloc calls and page
      * faults). */
     bool sweep = r->len >= r->sweep_at;
-    if (!sweep && r->len % RT_REGISTRY_MIN_CAP == 0 && r->len > 0)
+    if (!sweep && r->len % RT__REGISTRY_MIN_CAP == 0 && r->len > 0)
         sweep = finished_so_far(rt) - r->finished_at_sweep >= r->len / 2;
     if (sweep) {
         r->finished_at_sweep = finished_so_far(rt);
         rt__registry_sweep(r, cache, NULL, 0);
-        r->sweep_at = 2 * r->len > RT_REGISTRY_MIN_CAP ? 2 * r->len : RT_REGISTRY_MIN_CAP;
+        r->sweep_at = 2 * r->len > RT__REGISTRY_MIN_CAP ? 2 * r->len : RT__REGISTRY_MIN_CAP;
     }
     if (r->len == r->cap) {
-        uint32_t cap = r->cap != 0 ? r->cap * 2 : RT_REGISTRY_MIN_CAP;
+        uint32_t cap = r->cap != 0 ? r->cap * 2 : RT__REGISTRY_MIN_CAP;
         /* The array moves: not while a dump copies it. */
         rt__spin_lock(&r->lock);
         rt__registry_entry *grown = rt__realloc(r->entries, (size_t)cap * sizeof(*grown));
@@ -140,7 +138,7 @@ void rt__registry_sweep_idle(rt__worker *w)
      * worker has nothing better to do, and reported after the sweep. */
     rt__registry_entry lost[RT__LOST_PER_SWEEP];
     unsigned nlost = 0;
-    uint64_t polls = rt__load_relaxed_u64(&w->polls_ended);
+    uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
     if (sweep_worthwhile(&w->registry, polls)) {
         int n = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
         /* A sweep skipped for a dump's copy is owed: the count stays. */
@@ -156,7 +154,7 @@ void rt__registry_sweep_idle(rt__worker *w)
     rt_runtime *rt = w->rt;
     uint64_t all = 0;
     for (unsigned i = 0; i < rt->nworkers; i++)
-        all += rt__load_relaxed_u64(&rt->workers[i].polls_ended);
+        all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
     for (unsigned s = 0; s < rt->nforeign; s++) {
         rt__foreign_shard *sh = &rt->foreign[s];
         if (pthread_mutex_trylock(&sh->lock) != 0)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "atomic.h"
 #include "block_cache.h"
 #include "spinlock.h"
 #include "task_internal.h"
@@ -35,6 +36,10 @@ typedef struct rt__registry_entry {
     uintptr_t task;   /* the registered rt_task *, | RT__REGISTRY_REPORTED */
     const char *site; /* "file:line" of its spawn, or NULL */
 } rt__registry_entry;
+
+/* The smallest registry array, and how often (in inserts) an insert looks
+ * whether an early sweep is worth it (registry.c). */
+#define RT__REGISTRY_MIN_CAP 256
 
 /* Low bit of an entry's task: reported as a lost wake-up already. */
 #define RT__REGISTRY_REPORTED ((uintptr_t)1)
@@ -68,11 +73,27 @@ typedef struct rt__registry {
     rt__spinlock lock;           /* moves of the entries vs a dump's copy (above) */
 } rt__registry;
 
+/* rt__registry_insert when it may have to sweep or grow (registry.c). */
+int rt__registry_insert_slow(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
+                             rt__block_cache *cache);
+
 /* Registers `t` (taking over one of its references), spawned at `site`.
  * Sweeps or grows when full. -ENOMEM when it cannot grow. Caller: the
- * owner / the shard lock. */
-int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
-                        rt__block_cache *cache);
+ * owner / the shard lock. Inline: every spawn; the common case (no sweep
+ * due, room left; registry.c says when a sweep is due) is an append. */
+static inline int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
+                                      rt__block_cache *cache)
+{
+    uint32_t len = r->len;
+    if (rt__unlikely(len >= r->sweep_at || len == r->cap || len % RT__REGISTRY_MIN_CAP == 0))
+        return rt__registry_insert_slow(rt, r, t, site, cache);
+    r->entries[len].task = (uintptr_t)t;
+    r->entries[len].site = site;
+    /* Release: a dump that reads the new length (acquire) reads the entry. */
+    rt__store_release_u32(&r->len, len + 1);
+    rt__store_relaxed_u64(&r->spawned, r->spawned + 1);
+    return 0;
+}
 /* Drops the references of the COMPLETE tasks; blocks freed go to `cache`.
  * Tasks found waiting with no waker left (lost wake-ups) are reported once
  * through rt->config.report when `lost` is not NULL: up to `lost_cap` of

@@ -3,9 +3,10 @@
  * than it, once, then again each time it has run that much longer.
  *
  * The polls pay nothing for it: the watchdog reads what the worker writes
- * anyway, its count of polls ended and `current` (relaxed loads, a moment
- * old). A worker whose count and current task have not changed between
- * samples is still in the same poll. To name the task the watchdog looks it up in the
+ * anyway, its counts of polls and drops (each counted once over) and
+ * `current` (relaxed loads, a moment old). A worker whose counts and
+ * current task have not changed between samples is still in the same
+ * poll. To name the task the watchdog looks it up in the
  * registries by address, which gives it a reference if the task is still
  * there, and then checks that the poll count has still not moved: if it
  * has, the poll ended meanwhile and nothing is reported. */
@@ -40,6 +41,13 @@ struct rt__watchdog {
     watch_sample *samples;
 };
 
+/* The polls and the drops of cancelled tasks the worker has finished: the
+ * same between two samples only while one poll (or drop) goes on. */
+static uint64_t runs_ended(rt__worker *w)
+{
+    return rt__load_relaxed_u64(&w->stats.polls) + rt__load_relaxed_u64(&w->cancelled);
+}
+
 static void report_stall(struct rt__watchdog *wd, unsigned index, const watch_sample *s,
                          int64_t ran)
 {
@@ -50,7 +58,7 @@ static void report_stall(struct rt__watchdog *wd, unsigned index, const watch_sa
         return;
     /* The reference keeps the task readable; the count says whether it is
      * still the same poll (not a new task at the same address). */
-    if (rt__load_relaxed_u64(&w->polls_ended) == s->polls &&
+    if (runs_ended(w) == s->polls &&
         rt__load_relaxed_ptr((void *const *)&w->own.current) == s->task) {
         const rt_coro_site *origin = rt__load_relaxed_ptr((void *const *)&w->poll_origin_site);
         rt_report rep;
@@ -83,7 +91,7 @@ static void sample_workers(struct rt__watchdog *wd)
         rt__worker *w = &rt->workers[i];
         watch_sample *s = &wd->samples[i];
         rt_task *cur = rt__load_relaxed_ptr((void *const *)&w->own.current);
-        uint64_t polls = rt__load_relaxed_u64(&w->polls_ended);
+        uint64_t polls = runs_ended(w);
         if (cur == NULL || cur != s->task || polls != s->polls) {
             s->task = cur;
             s->polls = polls;

@@ -272,12 +272,12 @@ static void run_task(rt__worker *w, rt_task *t)
     rt_context cx = {{&rt__task_waker_vtable, t}};
     void *out = NULL;
     int64_t start = 0;
-    if (rt__unlikely(s & RT__TASK_TIMED))
-        start = timed_poll_start(w, t);
-    if (rt__unlikely(w->watched))
-        note_poll_origin(w, t, s);
-    /* Counted here, not when popped: a cancelled task is dropped unpolled. */
-    rt__stat_add(&w->stats.polls, 1);
+    if (rt__unlikely(w->instrumented)) {
+        if (s & RT__TASK_TIMED)
+            start = timed_poll_start(w, t);
+        if (w->watched)
+            note_poll_origin(w, t, s);
+    }
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
     rt__budget_open(w->budget_limit);
@@ -285,13 +285,19 @@ static void run_task(rt__worker *w, rt_task *t)
     rt_poll r = t->u.poll(t->future_state, &cx, &out);
     RT__EV_POLL_END(t->id, w->index, r == RT_READY);
     rt__budget_close();
-    if (rt__unlikely(s & RT__TASK_TIMED))
+    if (rt__unlikely(w->instrumented) && (s & RT__TASK_TIMED))
         timed_poll_end(w, t, start);
 
+    /* A poll is counted once it is over, and (but for a finished task)
+     * after the state change that follows it: the stall watchdog sees the
+     * count unchanged through one poll only, and a registry sweep that saw
+     * the task running has this poll to make the next sweep worthwhile
+     * (registry.c), which finds the task idle. */
     if (r == RT_READY) {
         t->u.output = out;
         rt__task_drop_future(t);
         rt__store_relaxed_ptr((void **)&w->own.current, NULL);
+        rt__stat_add(&w->stats.polls, 1);
         rt__stat_add(&w->completed, 1);
         rt__task_complete(t, false, 1); /* and the run queue's reference */
         return;
@@ -306,6 +312,7 @@ static void run_task(rt__worker *w, rt_task *t)
             cancel_running(w, t);
         else
             rt__defer(w, t);
+        rt__stat_add(&w->stats.polls, 1);
         return;
     }
 
@@ -320,6 +327,7 @@ static void run_task(rt__worker *w, rt_task *t)
     case RT__TASK_IDLE:
         break;
     }
+    rt__stat_add(&w->stats.polls, 1);
 }
 
 static rt_task *search(rt__worker *w)
@@ -353,13 +361,7 @@ void *rt__worker_main(void *arg)
              * it has work, wherever it found it. */
             rt__transition_from_searching(w);
             uint64_t readings = rt__tls_clock.count;
-            /* Counted once the poll (or the drop of a cancelled task) and
-             * the state change after it are over: the stall watchdog sees
-             * the count unchanged through one poll, and a sweep that saw
-             * the task running has a poll to make the next sweep
-             * worthwhile (registry.c). */
             run_task(w, t);
-            rt__stat_add(&w->polls_ended, 1);
             /* The batch's age is checked after every poll while a batch
              * waits, so a batched sleep waits RT__TIMER_BATCH_WAIT_NS plus
              * about two polls at most (reactor.h). A poll that read the

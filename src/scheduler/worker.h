@@ -107,17 +107,14 @@ typedef struct rt__worker {
     /* The stall watchdog runs (rt_config.stall_ns): note where each
      * coroutine poll starts from. */
     bool watched;
+    /* watched, or rt_config.poll_timing: one test per poll for both. */
+    bool instrumented;
     /* Written by the owner alone (relaxed), read by anyone: statistics and
      * the registry of the tasks spawned here (whose `spawned` count the
      * metrics read; everything else in it is the owner's). */
     RT_ALIGNED_CACHELINE rt_worker_metrics stats;
     uint64_t completed; /* tasks that returned RT_READY here */
     uint64_t cancelled; /* tasks dropped unfinished here */
-    /* Polls (and drops of cancelled tasks) whose task's state change
-     * after them is done (stats.polls counts polls as they start): the
-     * stall watchdog's and the idle sweeps' clock (watchdog.c,
-     * registry.c). */
-    uint64_t polls_ended;
     /* Where the poll in progress started from, when `watched`: a
      * coroutine's line and site (relaxed: the watchdog reads them). */
     uint32_t poll_origin_line;
