@@ -220,6 +220,20 @@ static uint64_t reactor_turns(rt_runtime *rt)
     return m.reactor_turns;
 }
 
+/* Whether the task with this id waits in its select. */
+struct find_waiting {
+    uint64_t id;
+    bool waiting;
+};
+
+static int note_waiting(const rt_task_info *t, void *arg)
+{
+    struct find_waiting *f = arg;
+    if (t->id == f->id && t->state == RT_TASK_WAITING && t->wait.kind == RT_WAIT_SELECT)
+        f->waiting = true;
+    return 0;
+}
+
 Test(diag_races, a_look_that_describes_a_read_whose_descriptor_was_closed_meanwhile)
 {
     rt_runtime *rt = new_runtime(2);
@@ -232,9 +246,14 @@ Test(diag_races, a_look_that_describes_a_read_whose_descriptor_was_closed_meanwh
     rt_io_read_init(&sel.rd, io, sel.buf, sizeof sel.buf);
     rt_task *task;
     cr_assert_eq(rt_spawn(rt, selector_poll, NULL, &sel, sizeof sel, &task), 0);
-    /* Once it waits, a look that stalls in the middle of its description. */
+    /* Once it waits (a state, looked at until it holds), a look that
+     * stalls in the middle of its description. */
     struct seen_text st = {.found = 0};
-    cr_assert(wait_all_workers_parked(rt));
+    struct find_waiting f = {rt_task_id(task), false};
+    while (!f.waiting) {
+        cr_assert_geq(rt_runtime_tasks(rt, note_waiting, &f), 0);
+        sched_yield();
+    }
     atomic_store(&stall_once, true);
     pthread_t thread;
     void *args[2] = {rt, &st};
