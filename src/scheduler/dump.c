@@ -311,22 +311,29 @@ void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
                 break;
             sched_yield();
         }
-        if (ok && info.state == RT_TASK_WAITING) {
+        bool report = ok && info.state == RT_TASK_WAITING;
+        /* The name lives in the task: copied, so that the reference can go
+         * before the report. Whoever the report tells and then looks at the
+         * task sees it as lost, referenced by the runtime alone. */
+        char name[RT_TASK_NAME_MAX + 1];
+        if (report && info.name != NULL)
+            snprintf(name, sizeof name, "%s", info.name);
+        rt__task_unref(t, 1);
+        if (report) {
             rt__stat_add(&w->stats.lost_wakeups, 1);
             rt_report rep;
             memset(&rep, 0, sizeof rep);
             rep.size = sizeof rep;
             rep.kind = RT_REPORT_LOST_WAKEUP;
             rep.task_id = info.id;
-            rep.task_name = info.name;
+            rep.task_name = info.name != NULL ? name : NULL;
             rep.worker = -1;
-            rep.await_file = info.await_file;
+            rep.await_file = info.await_file; /* static strings */
             rep.await_line = info.await_line;
             rep.await_function = info.await_function;
             rep.spawned_at = info.spawned_at;
             rt__report(rt, &rep);
         }
-        rt__task_unref(t, 1);
     }
     rt__reactor_look_end(&rt->reactor);
 }
