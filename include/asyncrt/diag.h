@@ -137,10 +137,14 @@ typedef int (*rt_task_visit_fn)(const rt_task_info *info, void *arg);
  * is held for a moment (as a worker holds it for a poll) while its
  * coroutine record and operation are read; a task woken meanwhile is
  * queued as soon as the look ends. So the figures are a moment apart, never
- * torn. Not from a drop function run by shutdown, and not concurrently with
- * rt_runtime_shutdown or rt_runtime_free (-ESHUTDOWN once shutdown has
- * begun). fn may call anything but rt_runtime_tasks and rt_runtime_dump
- * (-EDEADLK).
+ * torn. A call concurrent with rt_runtime_shutdown either finishes
+ * before the shutdown goes on or returns -ESHUTDOWN (from a task of rt it
+ * does not wait for the shutdown); not from a drop function run by
+ * shutdown (-EDEADLK), and not concurrently with rt_runtime_free. fn runs
+ * with the runtime's lifecycle lock held: it may call anything but
+ * rt_runtime_tasks and rt_runtime_dump (-EDEADLK) and rt_runtime_shutdown
+ * or rt_runtime_free (which would wait for it). While fn runs, closed
+ * rt_io registrations are kept, not freed.
  * Returns the number of tasks visited (>= 0), or -EINVAL (rt or fn NULL),
  * -ENOMEM, -ESHUTDOWN, -EDEADLK, or fn's nonzero value when it stopped
  * early (as given; make it negative to tell it from a count). */
