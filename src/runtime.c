@@ -187,6 +187,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         w->budget_limit = cfg->budget;
         w->watched = stall_ns > 0;
         w->instrumented = w->watched || cfg->poll_timing != 0;
+        w->worker_bits = rt__task_worker_bits(i);
     }
     /* The runtime's threads block SIGPIPE (they inherit the mask): a write
      * to a pipe whose reader is gone returns -EPIPE instead of killing the

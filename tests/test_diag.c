@@ -57,7 +57,7 @@ static rt_poll receiver_poll(void *p, rt_context *cx, void **out)
 
 /* What a visit saw, by kind. */
 struct seen {
-    int waiting, lock, recv, lost, coro_lines_ok, spawned_here;
+    int waiting, lock, recv, lost, coro_lines_ok, spawned_here, no_worker;
     uint64_t lock_id;
 };
 
@@ -67,6 +67,8 @@ static int note_task(const rt_task_info *t, void *arg)
     cr_assert_geq(t->size, sizeof(rt_task_info));
     if (t->state == RT_TASK_WAITING)
         s->waiting++;
+    if (t->state == RT_TASK_WAITING && (t->worker < 0 || t->worker > 1))
+        s->no_worker++;
     if (t->wait.kind == RT_WAIT_LOCK) {
         s->lock++;
         s->lock_id = t->id;
@@ -112,6 +114,7 @@ Test(diag, tasks_says_where_each_waits_and_on_what)
     cr_assert_eq(s.recv, 1);
     cr_assert_eq(s.lost, 0, "every waiting task has its waker stored");
     cr_assert_eq(s.spawned_here, LOCKERS + 1);
+    cr_assert_eq(s.no_worker, 0, "a waiting task names the worker that last polled it");
 
     /* The text groups the lockers into one block. */
     char *text = NULL;

@@ -103,8 +103,8 @@ typedef struct rt_task_info {
     uint64_t id;            /* rt_task_id */
     const char *name;       /* the name given at spawn, or NULL */
     rt_task_state state;    /* see above */
-    int worker;             /* the worker running it, else the last that ran it (needs
-                               poll_timing, or a local task's own worker), else -1 */
+    int worker;             /* the worker running it, else the one whose poll last
+                               left it waiting, else -1 (never polled yet) */
     const char *spawned_at; /* "file.c:123" of the spawn call, or NULL */
     /* Where a coroutine waits (the last RT_AWAIT or RT_YIELD reached), or
      * NULL/0 for a task that is no coroutine or has not started: */

@@ -157,6 +157,8 @@ static bool describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_
     }
     if (info->worker < 0 && pinned >= 0)
         info->worker = pinned;
+    if (info->worker < 0)
+        info->worker = rt__task_last_worker(s);
     if (s & RT__TASK_TIMED)
         read_timing(t, info, now);
     return true;

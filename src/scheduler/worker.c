@@ -317,7 +317,7 @@ static void run_task(rt__worker *w, rt_task *t)
     }
 
     /* Pending: back to idle, unless woken or aborted during the poll. */
-    switch (rt__task_state_pending(t)) {
+    switch (rt__task_state_pending(t, w->worker_bits)) {
     case RT__TASK_CANCEL_IT:
         cancel_running(w, t);
         break;

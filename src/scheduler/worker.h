@@ -109,6 +109,9 @@ typedef struct rt__worker {
     bool watched;
     /* watched, or rt_config.poll_timing: one test per poll for both. */
     bool instrumented;
+    /* rt__task_worker_bits(index), which the end of a poll stores in the
+     * task's state word. */
+    uint64_t worker_bits;
     /* Written by the owner alone (relaxed), read by anyone: statistics and
      * the registry of the tasks spawned here (whose `spawned` count the
      * metrics read; everything else in it is the owner's). */

@@ -20,7 +20,8 @@
 
 /* ---- Task ------------------------------------------------------------------
  *
- * The task state word: ten flag bits and a reference count above them
+ * The task state word: ten flag bits, the worker that last polled the task,
+ * and a reference count above them
  * (docs/internals.md, "Task state word and reference count").
  *
  *   bit 0 RUNNING        a worker (or shutdown) owns the future right now
@@ -39,7 +40,10 @@
  *                        cleared)
  *   bit 9 TIMED          an rt__task_timing precedes the rt__task_ext
  *                        (rt_config.poll_timing; set at spawn, never changed)
- *   bits 10..63          reference count (handles, wakers, queue entry, registry)
+ *   bits 10..20 WORKER   1 + the index of the worker whose poll last left the
+ *                        task waiting (0: none yet), set by the end-of-poll
+ *                        CAS at no extra cost, for task dumps
+ *   bits 21..63          reference count (handles, wakers, queue entry, registry)
  *
  * A queued task is either NOTIFIED (the claim is the popping worker's
  * fetch-add that swaps NOTIFIED for RUNNING) or queued already claimed:
@@ -92,7 +96,9 @@
 #define RT__TASK_EXTENDED (1ull << 7)
 #define RT__TASK_CORO (1ull << 8)
 #define RT__TASK_TIMED (1ull << 9)
-#define RT__TASK_REF_SHIFT 10
+#define RT__TASK_WORKER_SHIFT 10
+#define RT__TASK_WORKER_MASK (((1ull << 11) - 1) << RT__TASK_WORKER_SHIFT)
+#define RT__TASK_REF_SHIFT 21
 #define RT__TASK_REF_ONE (1ull << RT__TASK_REF_SHIFT)
 #define RT__TASK_FLAGS (RT__TASK_REF_ONE - 1)
 
@@ -131,10 +137,24 @@ _Static_assert(sizeof(struct rt_task) <= RT_CACHELINE,
  * acquires. They change the word only: waking, scheduling, dropping the
  * future and freeing are the caller's (task.c). */
 
+_Static_assert(RT_MAX_WORKERS < (1u << 11), "WORKER holds 1 + any worker index");
+
 /* The references the word holds. */
 static inline uint64_t rt__task_refcount(uint64_t state)
 {
     return state >> RT__TASK_REF_SHIFT;
+}
+
+/* The WORKER bits that name worker `index`. */
+static inline uint64_t rt__task_worker_bits(unsigned index)
+{
+    return (uint64_t)(index + 1) << RT__TASK_WORKER_SHIFT;
+}
+
+/* The worker whose poll last left the task waiting, or -1. */
+static inline int rt__task_last_worker(uint64_t state)
+{
+    return (int)((state & RT__TASK_WORKER_MASK) >> RT__TASK_WORKER_SHIFT) - 1;
 }
 
 /* clone: one more reference (a waker clone, a handle). */
@@ -223,14 +243,16 @@ typedef enum rt__task_after_pending {
 
 /* pending: back to idle, unless woken or aborted during the poll. The
  * queue's reference is never the last (the registry holds one until
- * COMPLETE), so it can go in the same CAS. */
-static inline rt__task_after_pending rt__task_state_pending(rt_task *t)
+ * COMPLETE), so it can go in the same CAS, and so can the polling worker
+ * (`worker_bits`: rt__task_worker_bits of its index), which task dumps
+ * report for a waiting task. */
+static inline rt__task_after_pending rt__task_state_pending(rt_task *t, uint64_t worker_bits)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
         if (s & RT__TASK_CANCELLED)
             return RT__TASK_CANCEL_IT;
-        uint64_t next = s & ~RT__TASK_RUNNING;
+        uint64_t next = (s & ~(RT__TASK_RUNNING | RT__TASK_WORKER_MASK)) | worker_bits;
         bool requeue = (s & RT__TASK_NOTIFIED) != 0;
         if (!requeue)
             next -= RT__TASK_REF_ONE;
