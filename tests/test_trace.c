@@ -217,7 +217,7 @@ Test(trace, stops_and_restarts_while_tasks_keep_running)
         check_trace(sc.path, "--workers", "2", (char *)NULL);
     }
     /* Quick cycles with no wait between them: starts and stops racing the
-     * workers' events (a thread's cached track from the previous session,
+     * workers' events (a thread's cached track from the previous recording,
      * recorders inside a stop's wait). The last file must still be sound. */
     for (int round = 0; round < 50; round++) {
         cr_assert_eq(rt_trace_start(rt, sc.path), 0);

@@ -17,15 +17,15 @@
 
 uint32_t rt__trace_active;
 
-/* The session that records, valid while rt__trace_active is set; and its
+/* The recording in progress, valid while rt__trace_active is set; and its
  * generation, which a recorder compares with the one it was classified in
- * before it dereferences the session. */
-static rt__trace_session *trace_session;
+ * before it dereferences the recording. */
+static rt__trace_recording *trace_recording;
 static uint64_t trace_gen;
 
 /* 1 when recorders must run their own StoreLoad fence because the kernel
  * gives no membarrier (trace_buf.h); decided at each begin, before the
- * session is published. */
+ * recording is published. */
 static uint32_t trace_fence;
 
 /* Busy counters of the threads sharing the last track, and of the threads
@@ -36,7 +36,7 @@ typedef struct busy_counter {
 static busy_counter shared_busy;
 static busy_counter classify_busy;
 
-/* The calling thread's track in session tls_gen (-1: none), whether that
+/* The calling thread's track in recording tls_gen (-1: none), whether that
  * track is the shared one, and its busy word when it owns its track. */
 static __thread uint64_t tls_gen __attribute__((tls_model("initial-exec")));
 static __thread int tls_track __attribute__((tls_model("initial-exec"))) = -1;
@@ -106,12 +106,13 @@ static rt__trace_rec *map_records(uint64_t cap)
     return (rt__trace_rec *)start;
 }
 
-int rt__trace_session_new(unsigned ntracks, uint64_t cap, int shared_track, rt__trace_session **out)
+int rt__trace_recording_new(unsigned ntracks, uint64_t cap, int shared_track,
+                            rt__trace_recording **out)
 {
     *out = NULL;
     if (ntracks == 0 || ntracks > RT__TRACE_TRACKS_MAX)
         return -EINVAL;
-    rt__trace_session *s = rt__calloc(1, sizeof(*s));
+    rt__trace_recording *s = rt__calloc(1, sizeof(*s));
     if (s == NULL)
         return -ENOMEM;
     s->ntracks = ntracks;
@@ -127,7 +128,7 @@ int rt__trace_session_new(unsigned ntracks, uint64_t cap, int shared_track, rt__
         t->shared = (int)i == shared_track;
         t->recs = map_records(cap);
         if (t->recs == NULL) {
-            rt__trace_session_free(s);
+            rt__trace_recording_free(s);
             return -ENOMEM;
         }
     }
@@ -135,7 +136,7 @@ int rt__trace_session_new(unsigned ntracks, uint64_t cap, int shared_track, rt__
     return 0;
 }
 
-void rt__trace_session_free(rt__trace_session *s)
+void rt__trace_recording_free(rt__trace_recording *s)
 {
     if (s == NULL)
         return;
@@ -148,7 +149,7 @@ void rt__trace_session_free(rt__trace_session *s)
     free(s);
 }
 
-void rt__trace_begin(rt__trace_session *s)
+void rt__trace_begin(rt__trace_recording *s)
 {
     /* Only the start/stop callers (serialized by their lock) write these.
      * The registration is asked for at every begin, not once, since a
@@ -160,9 +161,9 @@ void rt__trace_begin(rt__trace_session *s)
     uint64_t gen = rt__load_relaxed_u64(&trace_gen) + 1;
     s->gen = gen;
     s->start_ns = mono_ns();
-    /* Release: the session's contents, trace_fence and the generation come
+    /* Release: the recording's contents, trace_fence and the generation come
      * before the flag; recorders load the flag with acquire first. */
-    rt__store_release_ptr((void **)&trace_session, s);
+    rt__store_release_ptr((void **)&trace_recording, s);
     rt__store_release_u64(&trace_gen, gen);
     rt__store_seq_cst_u32(&rt__trace_active, 1);
 }
@@ -179,7 +180,7 @@ static void wait_idle(const uint32_t *busy)
     }
 }
 
-void rt__trace_end(rt__trace_session *s)
+void rt__trace_end(rt__trace_recording *s)
 {
     /* The stopper's half of the Dekker pair (trace_buf.h): the flag's
      * store, then a StoreLoad barrier on every thread (the seq_cst store
@@ -195,11 +196,11 @@ void rt__trace_end(rt__trace_session *s)
         if (owner != 0)
             wait_idle((const uint32_t *)(uintptr_t)owner);
     }
-    rt__store_release_ptr((void **)&trace_session, NULL);
+    rt__store_release_ptr((void **)&trace_recording, NULL);
     s->stop_ns = mono_ns();
 }
 
-/* Asks the session which track the calling thread records into, caches the
+/* Asks the recording which track the calling thread records into, caches the
  * answer, and registers the thread's busy word in a track it owns. Under
  * classify_busy (a counter: any number of threads may be here). */
 static void classify_thread(int worker)
@@ -207,7 +208,7 @@ static void classify_thread(int worker)
     rt__faa_u32(&classify_busy.n, 1);
     RT__DEBUG_YIELD();
     if (rt__load_seq_cst_u32(&rt__trace_active) != 0) {
-        rt__trace_session *s = rt__load_acquire_ptr((void *const *)&trace_session);
+        rt__trace_recording *s = rt__load_acquire_ptr((void *const *)&trace_recording);
         int track = s->classify(s->ctx, worker);
         bool shared = false;
         if (track < 0 || (unsigned)track >= s->ntracks) {
@@ -245,7 +246,7 @@ static void record_shared(uint64_t gen, int track, uint32_t type, uint64_t task,
     rt__faa_u32(&shared_busy.n, 1); /* a full barrier: the Dekker pair's */
     RT__DEBUG_YIELD();
     if (rt__load_seq_cst_u32(&rt__trace_active) != 0 && rt__load_acquire_u64(&trace_gen) == gen) {
-        rt__trace_session *s = rt__load_acquire_ptr((void *const *)&trace_session);
+        rt__trace_recording *s = rt__load_acquire_ptr((void *const *)&trace_recording);
         rt__trace_track *t = &s->tracks[track];
         uint64_t i = rt__faa_u64(&t->len, 1);
         if (i < t->cap)
@@ -280,7 +281,7 @@ void rt__trace_record(uint32_t type, uint64_t task, int worker, uint64_t arg)
         compiler_barrier();
     RT__DEBUG_YIELD(); /* a stop may clear the flag right here */
     if (rt__load_acquire_u32(&rt__trace_active) != 0 && rt__load_relaxed_u64(&trace_gen) == gen) {
-        rt__trace_session *s = rt__load_acquire_ptr((void *const *)&trace_session);
+        rt__trace_recording *s = rt__load_acquire_ptr((void *const *)&trace_recording);
         rt__trace_track *t = &s->tracks[track];
         uint64_t i = rt__load_relaxed_u64(&t->len);
         if (i < t->cap) {

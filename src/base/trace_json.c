@@ -1,6 +1,6 @@
-/* Writes an ended trace session as Chrome trace-event JSON, the format
+/* Writes an ended trace recording as Chrome trace-event JSON, the format
  * Perfetto (ui.perfetto.dev) and chrome://tracing open. docs/tracing.md
- * describes what comes out; in short, one thread track per session track
+ * describes what comes out; in short, one thread track per recording track
  * (tid = track index + 1), polls and parks as B/E slices, the other events
  * as thread-scoped instants, and a flow (ph "s" at the wake, ph "f" bound
  * to the enclosing slice at the poll) from each wake to the next poll of
@@ -125,7 +125,7 @@ static int cmp_rec(const void *a, const void *b)
 }
 
 typedef struct merge {
-    rt__trace_session *s;
+    rt__trace_recording *s;
     track_state *ts;
     unsigned *heap; /* track indices, by their next record's time */
     unsigned n;
@@ -275,7 +275,7 @@ static void emit(writer *w, track_state *st, unsigned tid, const rt__trace_rec *
     }
 }
 
-int rt__trace_write_json(rt__trace_session *s, int fd, const char *process)
+int rt__trace_write_json(rt__trace_recording *s, int fd, const char *process)
 {
     unsigned nt = s->ntracks;
     out *o = rt__malloc(sizeof(out));

@@ -21,7 +21,7 @@ typedef struct trace_run {
     pthread_t reactor; /* rt's reactor thread */
     unsigned nworkers; /* tracks 0 .. nworkers - 1 */
     int fd;
-    rt__trace_session *session;
+    rt__trace_recording *recording;
 } trace_run;
 
 /* Serializes starts and stops, and guards `active`. */
@@ -47,7 +47,7 @@ static int classify(void *ctx, int worker)
 
 static void run_free(trace_run *run)
 {
-    rt__trace_session_free(run->session);
+    rt__trace_recording_free(run->recording);
     free(run);
 }
 
@@ -79,25 +79,26 @@ RT_EXPORT int rt_trace_start(rt_runtime *rt, const char *path)
     run->nworkers = rt->nworkers;
     run->fd = -1;
     unsigned ntracks = rt->nworkers + 2;
-    err = rt__trace_session_new(ntracks, rt__trace_records_per_track(), (int)ntracks - 1,
-                                &run->session);
+    err = rt__trace_recording_new(ntracks, rt__trace_records_per_track(), (int)ntracks - 1,
+                                  &run->recording);
     if (err < 0)
         goto out;
     for (unsigned i = 0; i < rt->nworkers; i++)
-        snprintf(run->session->tracks[i].name, sizeof run->session->tracks[i].name, "worker %u", i);
-    snprintf(run->session->tracks[ntracks - 2].name, sizeof run->session->tracks[0].name,
+        snprintf(run->recording->tracks[i].name, sizeof run->recording->tracks[i].name, "worker %u",
+                 i);
+    snprintf(run->recording->tracks[ntracks - 2].name, sizeof run->recording->tracks[0].name,
              "reactor");
-    snprintf(run->session->tracks[ntracks - 1].name, sizeof run->session->tracks[0].name,
+    snprintf(run->recording->tracks[ntracks - 1].name, sizeof run->recording->tracks[0].name,
              "other threads");
-    run->session->classify = classify;
-    run->session->ctx = run;
+    run->recording->classify = classify;
+    run->recording->ctx = run;
     /* Last, so that no failure after it leaves a file behind. */
     run->fd = rt__open_mode(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (run->fd < 0) {
         err = -errno;
         goto out;
     }
-    rt__trace_begin(run->session);
+    rt__trace_begin(run->recording);
     active = run;
     run = NULL;
 out:
@@ -116,12 +117,12 @@ static int stop(rt_runtime *rt)
         pthread_mutex_unlock(&trace_lock);
         return -ENOENT;
     }
-    rt__trace_end(run->session);
+    rt__trace_end(run->recording);
     active = NULL;
-    /* The session is ours alone now: the next start need not wait for the
+    /* The recording is ours alone now: the next start need not wait for the
      * file. */
     pthread_mutex_unlock(&trace_lock);
-    int err = rt__trace_write_json(run->session, run->fd, "asyncrt");
+    int err = rt__trace_write_json(run->recording, run->fd, "asyncrt");
     if (close(run->fd) < 0 && err == 0 && errno != EINTR)
         err = -errno;
     run_free(run);
