@@ -112,22 +112,15 @@ int main(int argc, char **argv)
         if ((err = rt_spawn(rt, waiter_poll, rt_coro_drop, &w, sizeof w, NULL)) < 0)
             die("spawn", err);
     }
-    /* Wait until every waiter waits (the visit counts them). */
+    /* Every waiter waits once it has been polled (its one poll). */
     for (;;) {
-        long waiting = 0;
-        int seen = rt_runtime_tasks(rt, stop_at_first, NULL);
-        if (seen < 0)
-            die("tasks", seen);
-        rt_metrics m;
-        rt_metrics_read(rt, &m, sizeof m);
-        rt_worker_metrics wm;
         uint64_t polls = 0;
         for (long w = 0; w < workers; w++) {
+            rt_worker_metrics wm;
             rt_worker_metrics_read(rt, (unsigned)w, &wm, sizeof wm);
             polls += wm.polls;
         }
-        waiting = (long)polls;
-        if (waiting >= tasks)
+        if (polls >= (uint64_t)tasks)
             break;
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);

@@ -40,7 +40,6 @@ typedef struct dump_group {
     char text[sizeof(((rt_wait_info *)0)->text)];
     uint64_t polls;
     int64_t busy_ns, idle_ns, running_ns;
-    bool has_name;
 } dump_group;
 
 typedef struct dump_state {
@@ -98,10 +97,8 @@ static int collect(const rt_task_info *t, void *arg)
     g->worker = t->worker;
     g->count = 1;
     g->ids[0] = t->id;
-    if (t->name != NULL) {
+    if (t->name != NULL)
         snprintf(g->name, sizeof g->name, "%s", t->name);
-        g->has_name = true;
-    }
     snprintf(g->text, sizeof g->text, "%s", t->wait.text);
     g->polls = t->polls;
     g->busy_ns = t->busy_ns;
@@ -190,7 +187,7 @@ static void emit_group(dump_out *o, const dump_group *g)
         emit(o, "%s %llu", i == 0 ? "" : ",", (unsigned long long)g->ids[i]);
     if (g->count > shown)
         emit(o, " and %zu more", g->count - shown);
-    if (g->has_name)
+    if (g->name[0] != '\0')
         emit(o, " (%s\"%s\")", g->count > 1 ? "the first: " : "", g->name);
     emit(o, "\n");
     if (g->spawned_at != NULL)

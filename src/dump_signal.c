@@ -45,12 +45,13 @@ struct rt__dump_trigger {
 };
 
 static void run(struct rt__dump_trigger *tr);
+static const rt_waker_vtable trigger_vtable;
 
 static rt_waker trigger_clone(const void *data)
 {
     /* The trigger outlives every waker: it is freed only after the reactor
      * has stopped and the receive is dropped. */
-    rt_waker w = {rt__dump_trigger_vtable(), data};
+    rt_waker w = {&trigger_vtable, data};
     return w;
 }
 
@@ -66,11 +67,6 @@ static void trigger_drop(const void *data)
 
 static const rt_waker_vtable trigger_vtable = {trigger_clone, trigger_wake, trigger_wake,
                                                trigger_drop};
-
-const rt_waker_vtable *rt__dump_trigger_vtable(void)
-{
-    return &trigger_vtable;
-}
 
 /* Polls the receive until it waits; each arrival writes one dump. */
 static void poll_receive(struct rt__dump_trigger *tr)

@@ -21,9 +21,6 @@ void rt__dump_trigger_stop(struct rt__dump_trigger *tr);
 /* Shutdown, once the reactor has stopped: frees the listener. NULL: no-op. */
 void rt__dump_trigger_free(struct rt__dump_trigger *tr);
 
-/* The trigger's waker vtable. */
-const rt_waker_vtable *rt__dump_trigger_vtable(void);
-
 /* rt_runtime_dump_fd for the reactor thread (diag.c): instead of waiting
  * for a shutdown that holds the runtime's lifecycle lock (and will stop
  * this very thread), it gives up with -ESHUTDOWN. */

@@ -171,12 +171,13 @@ typedef struct snapshot {
     size_t len, cap;
 } snapshot;
 
-/* Copies r's entries, with a reference on each task. The caller holds what
- * keeps r's array in place (its lock, or the shard's mutex besides).
- * -ENOMEM leaves nothing copied from r. */
-static int copy_registry(snapshot *snap, rt__registry *r, bool spin)
+/* Copies r's entries, with a reference on each task, under r's lock (for a
+ * foreign shard, the caller holds the shard's mutex as well). -ENOMEM
+ * leaves nothing copied from r. */
+static int copy_registry(snapshot *snap, rt__registry *r)
 {
     for (;;) {
+        /* Room first: no allocation while the owner may wait for the lock. */
         size_t want = snap->len + rt__load_relaxed_u32(&r->len) + 64;
         if (want > snap->cap) {
             snap_entry *grown = rt__realloc(snap->entries, want * sizeof(*grown));
@@ -185,13 +186,11 @@ static int copy_registry(snapshot *snap, rt__registry *r, bool spin)
             snap->entries = grown;
             snap->cap = want;
         }
-        if (spin)
-            rt__spin_lock(&r->lock);
+        rt__spin_lock(&r->lock);
         /* Acquire pairs with the owner's release of len after each append. */
         uint32_t n = rt__load_acquire_u32(&r->len);
         if (snap->len + n > snap->cap) {
-            if (spin)
-                rt__spin_unlock(&r->lock);
+            rt__spin_unlock(&r->lock);
             continue; /* it grew meanwhile */
         }
         for (uint32_t i = 0; i < n; i++) {
@@ -201,8 +200,7 @@ static int copy_registry(snapshot *snap, rt__registry *r, bool spin)
             snap->entries[snap->len].site = r->entries[i].site;
             snap->len++;
         }
-        if (spin)
-            rt__spin_unlock(&r->lock);
+        rt__spin_unlock(&r->lock);
         return 0;
     }
 }
@@ -211,11 +209,11 @@ static int take_snapshot(rt_runtime *rt, snapshot *snap)
 {
     int err = 0;
     for (unsigned i = 0; i < rt->nworkers && err == 0; i++)
-        err = copy_registry(snap, &rt->workers[i].registry, true);
+        err = copy_registry(snap, &rt->workers[i].registry);
     for (unsigned i = 0; i < rt->nforeign && err == 0; i++) {
         rt__foreign_shard *sh = &rt->foreign[i];
         pthread_mutex_lock(&sh->lock);
-        err = copy_registry(snap, &sh->registry, true);
+        err = copy_registry(snap, &sh->registry);
         pthread_mutex_unlock(&sh->lock);
     }
     return err;

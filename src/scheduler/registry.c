@@ -58,8 +58,7 @@ static uint64_t finished_so_far(rt_runtime *rt)
     return n;
 }
 
-int rt__registry_insert_slow(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
-                             rt__block_cache *cache)
+int rt__registry_make_room(rt_runtime *rt, rt__registry *r, rt__block_cache *cache)
 {
     /* Sweep once as many tasks were registered as were alive after the last
      * sweep (at least RT__REGISTRY_MIN_CAP): each sweep's scan is paid for by
@@ -90,11 +89,6 @@ int rt__registry_insert_slow(rt_runtime *rt, rt__registry *r, rt_task *t, const 
         if (grown == NULL)
             return -ENOMEM;
     }
-    r->entries[r->len].task = (uintptr_t)t;
-    r->entries[r->len].site = site;
-    /* Release: a dump that reads the new length (acquire) reads the entry. */
-    rt__store_release_u32(&r->len, r->len + 1);
-    rt__store_relaxed_u64(&r->spawned, r->spawned + 1);
     return 0;
 }
 

@@ -73,9 +73,9 @@ typedef struct rt__registry {
     rt__spinlock lock;           /* moves of the entries vs a dump's copy (above) */
 } rt__registry;
 
-/* rt__registry_insert when it may have to sweep or grow (registry.c). */
-int rt__registry_insert_slow(rt_runtime *rt, rt__registry *r, rt_task *t, const char *site,
-                             rt__block_cache *cache);
+/* What an insert does when a sweep may be due or the array is full: sweeps
+ * if due, grows if full. -ENOMEM when it cannot grow (registry.c). */
+int rt__registry_make_room(rt_runtime *rt, rt__registry *r, rt__block_cache *cache);
 
 /* Registers `t` (taking over one of its references), spawned at `site`.
  * Sweeps or grows when full. -ENOMEM when it cannot grow. Caller: the
@@ -85,8 +85,12 @@ static inline int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *
                                       rt__block_cache *cache)
 {
     uint32_t len = r->len;
-    if (rt__unlikely(len >= r->sweep_at || len == r->cap || len % RT__REGISTRY_MIN_CAP == 0))
-        return rt__registry_insert_slow(rt, r, t, site, cache);
+    if (rt__unlikely(len >= r->sweep_at || len == r->cap || len % RT__REGISTRY_MIN_CAP == 0)) {
+        int err = rt__registry_make_room(rt, r, cache);
+        if (err < 0)
+            return err;
+        len = r->len;
+    }
     r->entries[len].task = (uintptr_t)t;
     r->entries[len].site = site;
     /* Release: a dump that reads the new length (acquire) reads the entry. */
@@ -94,6 +98,7 @@ static inline int rt__registry_insert(rt_runtime *rt, rt__registry *r, rt_task *
     rt__store_relaxed_u64(&r->spawned, r->spawned + 1);
     return 0;
 }
+
 /* Drops the references of the COMPLETE tasks; blocks freed go to `cache`.
  * Tasks found waiting with no waker left (lost wake-ups) are reported once
  * through rt->config.report when `lost` is not NULL: up to `lost_cap` of
