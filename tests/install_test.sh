@@ -44,7 +44,10 @@ cc=${CC:-cc}
 libdir=$(pkg-config --variable=libdir asyncrt)
 LD_LIBRARY_PATH="$libdir" "$tmp/app"
 # The program must really use the installed shared library.
-LD_LIBRARY_PATH="$libdir" ldd "$tmp/app" | grep -q "$libdir/libasyncrt.so"
+# (ldd's whole output first: grep -q stops reading at its match, and under
+# pipefail the SIGPIPE that ldd may then get would fail the test.)
+deps=$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/app")
+grep -q "$libdir/libasyncrt.so" <<<"$deps"
 
 # shellcheck disable=SC2046
 "$cc" -std=c11 -Wall -Wextra -Werror -static-libgcc -o "$tmp/app_static" "$tmp/app.c" \
