@@ -1129,12 +1129,10 @@ static rt_poll echo_acceptor_poll(void *state, rt_context *cx, void **out)
             task_failed("tcp_echo: rt_tcp_accept", (int)a->accept.result);
             break; /* the client then fails too, and says so */
         }
-        int err = rt_tcp_set_nodelay(a->accept.conn, true);
-        if (err < 0)
-            task_failed("tcp_echo: rt_tcp_set_nodelay", err);
+        /* TCP_NODELAY is on already, as on every accepted connection. */
         thread_latch_add(&g_server_latch, 1);
         struct echo_conn c = {.io = a->accept.conn};
-        err = RT_SPAWN(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
+        int err = RT_SPAWN(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
         if (err < 0) {
             task_failed("tcp_echo: rt_spawn", err);
             rt_io_close(a->accept.conn);

@@ -90,7 +90,6 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
         if (a->accept.result < 0)
             continue; /* the peer gave up (-ECONNABORTED...): next one */
 
-        rt_tcp_set_nodelay(a->accept.conn, true);
         struct conn c = {.io = a->accept.conn};
         if (RT_SPAWN(NULL, conn_poll, conn_drop, &c, NULL) < 0)
             rt_io_close(a->accept.conn);

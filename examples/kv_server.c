@@ -108,14 +108,16 @@ static rt_notify stop_all;   /* every connection and the acceptor wait on it */
 struct conn {
     rt_coro co;
     rt_io *io;
-    rt_reader *in; /* lines of input */
+    rt_reader *in;  /* lines of input */
+    rt_writer *out; /* replies, gathered until no further command is buffered */
     int64_t idle_ns;
     rt_notified stop;                /* the server is stopping */
     rt_read_until line;              /* the next line, */
     rt_select input;                 /* or the stop, */
     rt_timeout idle;                 /* within the idle time */
     rt_mutex_lock lock;              /* the map */
-    rt_io_write_all wr;              /* a reply */
+    rt_writer_write wr;              /* a reply, into `out` */
+    rt_writer_flush flush;           /* the replies gathered */
     char *cmd, *key, *value, *extra; /* the words of the line */
     char reply[LINE_MAX_BYTES + 32];
     const char *goodbye; /* the last line, if the server ends the connection */
@@ -126,6 +128,7 @@ static void conn_drop(void *state)
     struct conn *c = state;
     rt_coro_cleanup(&c->co);
     rt_reader_free(c->in);
+    rt_writer_free(c->out);
     rt_io_close(c->io);
 }
 
@@ -151,7 +154,7 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
 {
     struct conn *c = state;
     RT_CORO_BEGIN(&c->co);
-    if (rt_reader_new(c->io, LINE_MAX_BYTES, &c->in) < 0)
+    if (rt_reader_new(c->io, LINE_MAX_BYTES, &c->in) < 0 || rt_writer_new(c->io, 0, &c->out) < 0)
         RT_RETURN(&c->co, out, NULL);
     for (;;) {
         rt_notified_init(&c->stop, &stop_all); /* before the look at `stopping` */
@@ -181,15 +184,27 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
             map_apply(c->cmd, c->key, c->value, c->reply, sizeof c->reply);
             RT_RELEASE(&c->co, &c->lock);
         }
-        rt_io_write_all_init(&c->wr, c->io, c->reply, strlen(c->reply));
+        rt_writer_write_init(&c->wr, c->out, c->reply, strlen(c->reply));
         RT_AWAIT(&c->co, cx, &c->wr);
         if (c->wr.result < 0)
             break;
+        /* Pipelined commands: answer every complete one already read, then
+         * send the replies together. */
+        size_t n;
+        const char *rest = rt_reader_peek(c->in, &n);
+        if (memchr(rest, '\n', n) != NULL)
+            continue;
+        rt_writer_flush_init(&c->flush, c->out);
+        RT_AWAIT(&c->co, cx, &c->flush);
+        if (c->flush.result < 0)
+            break;
     }
     if (c->goodbye != NULL) {
-        rt_io_write_all_init(&c->wr, c->io, c->goodbye, strlen(c->goodbye));
+        rt_writer_write_init(&c->wr, c->out, c->goodbye, strlen(c->goodbye));
         RT_AWAIT(&c->co, cx, &c->wr);
     }
+    rt_writer_flush_init(&c->flush, c->out); /* what is left, goodbye included */
+    RT_AWAIT(&c->co, cx, &c->flush);
     RT_CORO_END(&c->co, out);
 }
 

@@ -35,6 +35,31 @@ ask 3 "FOO a" "ERR unknown command"
 ask 3 "SET a" "ERR wrong number of arguments"
 ask 3 "GET a b" "ERR wrong number of arguments"
 
+# Pipelined commands: two in one packet, answered together in well under the
+# 40 ms that Nagle's algorithm against a delayed ACK would add to the second
+# reply, every time (python3 is the interpreter Meson itself runs on).
+python3 - "$port" <<'PY' || fail "pipelined commands were answered slowly (above)"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(5)
+buf = b""
+worst = 0.0
+for i in range(40):
+    start = time.monotonic()
+    s.sendall(b"SET p%d %d\nGET p%d\n" % (i, i, i))
+    want = b"OK\n%d\n" % i
+    while len(buf) < len(want):
+        buf += s.recv(4096)
+    took = time.monotonic() - start
+    worst = max(worst, took)
+    if buf[:len(want)] != want:
+        sys.exit("pair %d: expected %r, got %r" % (i, want, buf))
+    buf = buf[len(want):]
+    if took >= 0.005:
+        sys.exit("pair %d took %.1f ms" % (i, took * 1000))
+s.close()
+PY
+
 # A line longer than the server takes (1024 bytes) is refused and the
 # connection closed; a CRLF line ending is fine.
 exec 7<>"/dev/tcp/127.0.0.1/$port"

@@ -6,7 +6,10 @@
 #include "support_net.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 void loopback(int family, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
 {
@@ -100,4 +103,49 @@ intptr_t wait_op(rt_task *task)
     int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &value);
     cr_assert_eq(rc, 0, "the operation never finished: %s", rt_strerror(rc));
     return (intptr_t)value;
+}
+
+rt_poll accept_once_poll(void *state, rt_context *cx, void **out)
+{
+    struct accept_once *s = state;
+    RT_CORO_BEGIN(&s->co);
+    rt_tcp_accept_init(&s->a, s->listener);
+    RT_AWAIT(&s->co, cx, &s->a);
+    s->o->err = (int)s->a.result;
+    s->o->conn = s->a.conn;
+    s->o->peer = s->a.peer;
+    s->o->peer_len = s->a.peer_len;
+    RT_RETURN(&s->co, out, NULL);
+    RT_CORO_END(&s->co, out);
+}
+
+struct accept_out accept_one(rt_runtime *rt, rt_io *listener)
+{
+    struct accept_out o;
+    memset(&o, 0, sizeof o);
+    o.err = 12345;
+    struct accept_once s = {.listener = listener, .o = &o};
+    rt_task *task = NULL;
+    cr_assert_eq(RT_SPAWN(rt, accept_once_poll, rt_coro_drop, &s, &task), 0);
+    int rc = rt_task_wait(task, 10 * SEC, NULL);
+    if (rc == -ETIMEDOUT) {
+        rt_task_abort(task);
+        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        o.err = -ETIMEDOUT;
+        return o;
+    }
+    cr_assert_eq(rc, 0);
+    return o;
+}
+
+/* A blocking client socket connected to `ss` (from the test thread). */
+int raw_connect(const struct sockaddr_storage *ss, socklen_t len)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+    cr_assert_eq(connect(fd, (const struct sockaddr *)ss, len), 0, "connect: %s", strerror(errno));
+    struct timeval tv = {10, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
 }

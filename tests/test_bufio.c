@@ -196,6 +196,41 @@ Test(bufio, a_dropped_read_loses_no_byte)
     finish_runtime(rt, 0);
 }
 
+Test(bufio, peek_shows_the_bytes_after_a_line_without_consuming_them)
+{
+    rt_runtime *rt = new_runtime(1);
+    int wfd;
+    rt_io *io = pipe_reader(rt, &wfd);
+    rt_reader *r;
+    cr_assert_eq(rt_reader_new(io, 64, &r), 0);
+    size_t n = 99;
+    cr_assert_null(rt_reader_peek(NULL, &n));
+    cr_assert_eq(n, 0);
+    cr_assert_not_null(rt_reader_peek(r, &n));
+    cr_assert_eq(n, 0, "nothing read yet");
+    write_all_fd(wfd, "GET a\nGET b\nGE", 14);
+    static rt_read_until line;
+    rt_read_line_init(&line, r);
+    cr_assert_null(rt_reader_peek(r, &n), "not while an operation is unfinished");
+    cr_assert_eq(n, 0);
+    run_op(rt, &line.future);
+    cr_assert_eq(line.result, 6);
+    const char *p = rt_reader_peek(r, &n);
+    cr_assert_eq(n, 8);
+    cr_assert_eq(memcmp(p, "GET b\nGE", 8), 0);
+    cr_assert_eq(memcmp(line.data, "GET a\n", 6), 0, "the line handed out is still there");
+    rt_read_line_init(&line, r);
+    run_op(rt, &line.future);
+    cr_assert_eq(line.result, 6, "peeking consumed nothing");
+    p = rt_reader_peek(r, &n);
+    cr_assert_eq(n, 2, "%zu bytes: %.*s", n, (int)n, p);
+    cr_assert_eq(memcmp(p, "GE", 2), 0);
+    close(wfd);
+    rt_reader_free(r);
+    rt_io_close(io);
+    finish_runtime(rt, 0);
+}
+
 /* ---- exact reads --------------------------------------------------------------- */
 
 #define BIG (256 * 1024)

@@ -102,6 +102,14 @@ typedef struct rt_read_exact {
  * with n > 0), -EBUSY (another operation on r is unfinished). */
 int rt_read_exact_init(rt_read_exact *op, rt_reader *r, void *dst, size_t n);
 
+/* The bytes buffered and not yet handed out, without consuming them (Go's
+ * Peek): returns where they start and writes their count to *len (0 for
+ * none). Valid until the next operation on r is initialised; not while one
+ * is unfinished (returns NULL with *len 0 then). A server that answers
+ * pipelined requests looks here for a further complete request before it
+ * flushes its replies. r NULL: NULL with *len 0; len must not be NULL. */
+const char *rt_reader_peek(const rt_reader *r, size_t *len);
+
 /* Throws away up to n buffered bytes (after -EMSGSIZE, say) and returns how
  * many went. Not while an operation on r is unfinished (returns 0 then).
  * 0 for NULL. */

@@ -5,7 +5,17 @@
  * Every socket the library opens is non-blocking and close-on-exec; socket
  * writes use MSG_NOSIGNAL, so a peer that went away gives -EPIPE, never
  * SIGPIPE. IPv4 and IPv6 addresses are both accepted wherever a struct
- * sockaddr is taken. */
+ * sockaddr is taken.
+ *
+ * TCP_NODELAY is on for every TCP connection the library makes or accepts,
+ * as in Go: a small write leaves at once. With Nagle's algorithm (the
+ * kernel's default) a small write waits until the peer has acknowledged the
+ * previous one, and a peer that delays its ACKs (Linux: up to 40 ms) makes
+ * every reply after the first of a pipelined batch wait that long. A program
+ * that writes many small pieces should gather them itself (an rt_writer,
+ * bufio.h, flushed once a batch of replies is ready) rather than rely on
+ * Nagle's algorithm; one that wants it back sets RT_NET_NAGLE on its
+ * listener or calls rt_tcp_set_nodelay(conn, false). */
 #ifndef ASYNCRT_NET_H
 #define ASYNCRT_NET_H
 
@@ -24,13 +34,18 @@ extern "C" {
 #define RT_NET_REUSEADDR 1u /* SO_REUSEADDR (the usual choice for servers) */
 #define RT_NET_REUSEPORT 2u /* SO_REUSEPORT */
 #define RT_NET_V6ONLY 4u    /* IPV6_V6ONLY on an IPv6 socket */
+/* rt_tcp_listen: keep Nagle's algorithm on the accepted connections (no
+ * TCP_NODELAY); ignored by rt_udp_bind. */
+#define RT_NET_NAGLE 8u
 
 /* Parses "a.b.c.d" or an IPv6 literal plus a port into *addr / *len.
  * Returns 0 or -EINVAL (not an address; ip, addr or len NULL). Any thread. */
 int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, socklen_t *len);
 
 /* Creates a TCP socket bound to addr and listening with `backlog`, with the
- * RT_NET_* `flags`. *out owns it. Errors: those of socket/bind/listen
+ * RT_NET_* `flags`. Its accepted connections have TCP_NODELAY on, unless
+ * RT_NET_NAGLE (a listener that came from rt_io_open passes on nothing, and
+ * the accept sets TCP_NODELAY on each connection). *out owns it. Errors: those of socket/bind/listen
  * (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL (addr or out NULL, rt NULL
  * outside a task), -ENOMEM, -ESHUTDOWN. rt NULL means rt_current(). Any
  * thread. */
@@ -64,8 +79,8 @@ typedef struct rt_tcp_accept {
 int rt_tcp_accept_init(rt_tcp_accept *op, rt_io *listener);
 
 /* A connection attempt: an operation (see future.h) that finishes with
- * result 0 and `conn` the connected socket (owned by the caller from then
- * on), or a negative errno (-ECONNREFUSED, -ENETUNREACH, -EMFILE...). For a
+ * result 0 and `conn` the connected socket, TCP_NODELAY on (owned by the
+ * caller from then on), or a negative errno (-ECONNREFUSED, -ENETUNREACH, -EMFILE...). For a
  * time limit, wrap it in an rt_timeout (combine.h). Abort safety: a dropped
  * attempt closes its half-open socket. */
 typedef struct rt_tcp_connect {
@@ -87,7 +102,9 @@ int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const struct sockadd
  * (-EINVAL for io NULL). */
 int rt_tcp_shutdown(rt_io *io, int how);
 
-/* TCP_NODELAY on or off. Returns 0 or -errno (-EINVAL for io NULL). */
+/* TCP_NODELAY on (the library's default for its TCP sockets) or off (Nagle's
+ * algorithm: small writes wait for the previous one's ACK; see the top of
+ * this header). Returns 0 or -errno (-EINVAL for io NULL). */
 int rt_tcp_set_nodelay(rt_io *io, bool on);
 
 /* The socket's own and its peer's address: written to *addr, with its length

@@ -80,6 +80,8 @@ struct rt_io {
     bool is_socket;             /* writes use send(MSG_NOSIGNAL) */
     bool is_tcp;                /* a TCP socket: a short read or write emptied
                                    or filled the kernel's buffer (see above) */
+    bool nodelay_inherited;     /* a TCP listener made by rt_tcp_listen: its
+                                   connections inherit its TCP_NODELAY choice */
     rt_runtime *rt;             /* owner of the reactor it is registered with */
     uint64_t readiness;         /* see above */
     rt__spinlock lock;          /* guards the two waker slots and `closed` */

@@ -70,6 +70,16 @@ RT_EXPORT size_t rt_reader_buffered(const rt_reader *r)
     return r != NULL ? r->end - r->start : 0;
 }
 
+RT_EXPORT const char *rt_reader_peek(const rt_reader *r, size_t *len)
+{
+    if (r == NULL || r->busy != NULL) {
+        *len = 0;
+        return NULL;
+    }
+    *len = r->end - r->start;
+    return r->buf + r->start;
+}
+
 RT_EXPORT size_t rt_reader_discard(rt_reader *r, size_t n)
 {
     if (r == NULL || r->busy != NULL)

@@ -40,14 +40,36 @@ RT_EXPORT int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage
     return -EINVAL;
 }
 
-/* A new socket of `type` for addr's family, with the RT_NET_* options. */
+/* Whether a socket of this family and type is TCP (socket(2) with protocol
+ * 0): what readiness.h's "Short transfers" applies to, and what gets
+ * TCP_NODELAY. */
+static bool is_tcp(int family, int type)
+{
+    return type == SOCK_STREAM && (family == AF_INET || family == AF_INET6);
+}
+
+/* Turns Nagle's algorithm off. Small writes then leave at once instead of
+ * waiting for the peer's ACK of the previous one, which a peer that delays
+ * its ACKs (Linux: up to 40 ms) holds back: a request-reply protocol whose
+ * replies are written one by one would wait that long for each one after the
+ * first of a batch. Go and most servers do the same for every connection. */
+static int set_nodelay(int fd, bool on)
+{
+    int v = on ? 1 : 0;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) < 0 ? -errno : 0;
+}
+
+/* A new socket of `type` for addr's family, with the RT_NET_* options;
+ * TCP sockets get TCP_NODELAY unless RT_NET_NAGLE (a listener's accepted
+ * connections inherit it from the listener). */
 static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
 {
     int fd = rt__socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     int one = 1;
-    if (((flags & RT_NET_REUSEADDR) &&
+    if ((is_tcp(addr->sa_family, type) && !(flags & RT_NET_NAGLE) && set_nodelay(fd, true) < 0) ||
+        ((flags & RT_NET_REUSEADDR) &&
          setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) ||
         ((flags & RT_NET_REUSEPORT) &&
          setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
@@ -58,13 +80,6 @@ static int open_socket(const struct sockaddr *addr, int type, unsigned flags)
         return err;
     }
     return fd;
-}
-
-/* Whether a socket of this family and type is TCP (socket(2) with protocol
- * 0): what readiness.h's "Short transfers" applies to. */
-static bool is_tcp(int family, int type)
-{
-    return type == SOCK_STREAM && (family == AF_INET || family == AF_INET6);
 }
 
 /* Registers socket fd, closing it if that fails. */
@@ -94,7 +109,10 @@ static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t l
         close(fd);
         return err;
     }
-    return adopt_or_close(rt, fd, is_tcp(addr->sa_family, type), out);
+    int err = adopt_or_close(rt, fd, is_tcp(addr->sa_family, type), out);
+    if (err == 0)
+        (*out)->nodelay_inherited = (*out)->is_tcp;
+    return err;
 }
 
 RT_EXPORT int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
@@ -123,6 +141,11 @@ rt_poll rt__io_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sock
         int fd =
             rt__accept4(listener->fd, (struct sockaddr *)peer, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
+            /* A listener of rt_tcp_listen passed its choice on (Linux copies
+             * TCP_NODELAY into accepted sockets); one that came from
+             * rt_io_open gets the default set on each connection. */
+            if (listener->is_tcp && !listener->nodelay_inherited)
+                (void)set_nodelay(fd, true); /* only fails for a socket that is not TCP */
             /* Only the registration can fail now (the runtime is shutting
              * down, or epoll has no memory for the watch): the connection
              * is closed, as the headers say. */
@@ -319,8 +342,7 @@ RT_EXPORT int rt_tcp_set_nodelay(rt_io *io, bool on)
 {
     if (io == NULL)
         return -EINVAL;
-    int v = on ? 1 : 0;
-    return setsockopt(io->fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) < 0 ? -errno : 0;
+    return set_nodelay(io->fd, on);
 }
 
 RT_EXPORT int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
