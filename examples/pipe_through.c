@@ -7,7 +7,9 @@
  * output (two tasks, concurrently), and exits with CMD's exit status (128 +
  * the signal number when a signal ended it; 127 when it could not be
  * started). A standard descriptor that is not a pipe or a socket (a
- * terminal, a file) is handed to CMD as it is instead of copied. */
+ * terminal, a file) is handed to CMD as it is instead of copied. When the
+ * reader of the output goes away (`| head -n1`), CMD gets SIGPIPE on its
+ * next write, as it would in a shell pipeline. */
 #define _POSIX_C_SOURCE 200809L /* S_ISSOCK */
 
 #include <asyncrt.h>
@@ -16,34 +18,47 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-/* Copies one descriptor to another until the end of the stream, then
- * closes the destination (so the reader downstream sees the end). */
+/* Copies one descriptor to another until the end of the stream or an
+ * error, then closes both: closing the destination lets the reader
+ * downstream see the end, and closing the source when writing failed (the
+ * reader went away, as `| head -n1` does) makes whoever writes into it get
+ * SIGPIPE, as in a shell pipeline, instead of blocking on a full pipe. The
+ * task owns both descriptors. */
 struct copy {
     rt_coro co;
     rt_io *from, *to;
-    rt_process *child; /* close its stdin pipe instead of `to`, if set */
-    rt_io_read rd;
-    rt_io_write_all wr;
+    rt_io_copy cp;
     char buf[16384];
 };
+
+static void copy_drop(void *state)
+{
+    struct copy *c = state;
+    rt_coro_cleanup(&c->co);
+    rt_io_close(c->from);
+    rt_io_close(c->to);
+}
 
 static rt_poll copy_poll(void *state, rt_context *cx, void **out)
 {
     struct copy *c = state;
     RT_CORO_BEGIN(&c->co);
-    for (;;) {
-        rt_io_read_init(&c->rd, c->from, c->buf, sizeof c->buf);
-        RT_AWAIT(&c->co, cx, &c->rd);
-        if (c->rd.result <= 0)
-            break;
-        rt_io_write_all_init(&c->wr, c->to, c->buf, (size_t)c->rd.result);
-        RT_AWAIT(&c->co, cx, &c->wr);
-        if (c->wr.result < 0)
-            break; /* the reader went away */
-    }
-    if (c->child != NULL)
-        rt_process_close_stdio(c->child, 0);
+    rt_io_copy_init(&c->cp, c->from, c->to, c->buf, sizeof c->buf);
+    RT_AWAIT(&c->co, cx, &c->cp);
     RT_CORO_END(&c->co, out);
+}
+
+/* Spawns a copy that owns `from` and `to` (either may be NULL: nothing to
+ * copy, and what is given is closed) and prepares *join to wait for it. */
+static void copy_spawn(rt_io *from, rt_io *to, rt_task_join *join)
+{
+    struct copy c = {.from = from, .to = to};
+    rt_task *t;
+    if (from == NULL || to == NULL || RT_SPAWN(NULL, copy_poll, copy_drop, &c, &t) < 0) {
+        copy_drop(&c); /* a join left zeroed is finished at once by join_all */
+        return;
+    }
+    rt_task_join_init(join, t);
 }
 
 /* Runs the child and the two copies; returns the exit status to use. */
@@ -63,7 +78,7 @@ static void pipeline_drop(void *state)
     RT_DROP(&p->feed);
     RT_DROP(&p->drain);
     rt_process_free(p->child);
-    rt_io_close(p->in);
+    rt_io_close(p->in); /* NULL once a copy owns it */
     rt_io_close(p->out);
 }
 
@@ -71,17 +86,12 @@ static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
 {
     struct pipeline *p = state;
     RT_CORO_BEGIN(&p->co);
-    rt_task *t;
-    if (p->in != NULL) {
-        struct copy c = {.from = p->in, .to = rt_process_stdio(p->child, 0), .child = p->child};
-        if (RT_SPAWN(NULL, copy_poll, rt_coro_drop, &c, &t) == 0)
-            rt_task_join_init(&p->feed, t);
-    }
-    if (p->out != NULL) {
-        struct copy c = {.from = rt_process_stdio(p->child, 1), .to = p->out};
-        if (RT_SPAWN(NULL, copy_poll, rt_coro_drop, &c, &t) == 0)
-            rt_task_join_init(&p->drain, t);
-    }
+    rt_io *child_in = NULL, *child_out = NULL;
+    rt_process_take_stdio(p->child, 0, &child_in);
+    rt_process_take_stdio(p->child, 1, &child_out);
+    copy_spawn(p->in, child_in, &p->feed);
+    copy_spawn(child_out, p->out, &p->drain);
+    p->in = p->out = NULL; /* the copies' now */
     rt_join_all_init(&p->copies, RT_FUTURES(&p->feed.future, &p->drain.future), 0);
     RT_AWAIT(&p->co, cx, &p->copies);
     rt_process_wait_init(&p->exit, p->child);

@@ -37,7 +37,9 @@
 #ifndef ASYNCRT_IO_H
 #define ASYNCRT_IO_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -121,6 +123,38 @@ typedef struct rt_io_write_all {
 /* Prepares a write of all len bytes. Errors: -EINVAL (op or io NULL, buf
  * NULL with len > 0). */
 int rt_io_write_all_init(rt_io_write_all *op, rt_io *io, const void *buf, size_t len);
+
+/* Copying a stream (Go's io.Copy): an operation that reads from `from` into
+ * buf and writes all of it to `to`, until `from` reaches the end of its
+ * stream. It finishes with result the number of bytes copied (>= 0) at the
+ * end of the stream, or with a negative errno; `write_failed` then says
+ * whether writing to `to` failed (-EPIPE: its reader went away) rather than
+ * reading from `from`. `copied` counts the bytes written so far.
+ * When the destination fails, nothing more is read: close the source then
+ * (rt_io_close, or for a child's output the rt_io that
+ * rt_process_take_stdio gave you), so that whatever writes into it gets
+ * EPIPE or SIGPIPE, as in a shell pipeline, instead of blocking for ever on
+ * a full pipe. Neither descriptor is closed by the copy.
+ * Abort safety: a dropped copy has written `copied` bytes; bytes it had
+ * read and not yet written (at most len) are lost.
+ * Each read and write spends budget (rt_coop_proceed), so a long copy lets
+ * the other tasks of its worker run. */
+typedef struct rt_io_copy {
+    RT_FUTURE_HEADER;
+    rt_io *from;       /* read until the end of its stream */
+    rt_io *to;         /* written */
+    char *buf;         /* the caller's buffer */
+    size_t cap;        /* its size */
+    size_t filled;     /* bytes read into buf and not yet all written */
+    size_t written;    /* of them, written */
+    uint64_t copied;   /* bytes written to `to` in all */
+    bool write_failed; /* the error (result < 0) came from writing to `to` */
+} rt_io_copy;
+
+/* Prepares a copy through buf[0..len) (len > 0; 16 KiB or more copies a
+ * pipe's worth at a time), which must stay valid until the copy finishes
+ * or is dropped. Errors: -EINVAL (op, from, to or buf NULL, len 0). */
+int rt_io_copy_init(rt_io_copy *op, rt_io *from, rt_io *to, void *buf, size_t len);
 
 /* Removes the descriptor from the reactor, closes it and frees the rt_io.
  * Tasks waiting on it are woken (their next poll must not use it: the caller

@@ -45,10 +45,10 @@ int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, so
 /* Creates a TCP socket bound to addr and listening with `backlog`, with the
  * RT_NET_* `flags`. Its accepted connections have TCP_NODELAY on, unless
  * RT_NET_NAGLE (a listener that came from rt_io_open passes on nothing, and
- * the accept sets TCP_NODELAY on each connection). *out owns it. Errors: those of socket/bind/listen
- * (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL (addr or out NULL, rt NULL
- * outside a task), -ENOMEM, -ESHUTDOWN. rt NULL means rt_current(). Any
- * thread. */
+ * the accept sets TCP_NODELAY on each connection). *out owns it. Errors:
+ * those of socket/bind/listen (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL
+ * (addr or out NULL, rt NULL outside a task), -ENOMEM, -ESHUTDOWN. rt NULL
+ * means rt_current(). Any thread. */
 int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
                   unsigned flags, rt_io **out);
 

@@ -85,16 +85,32 @@ int rt_process_spawn(rt_runtime *rt, const rt_process_options *o, rt_process **o
 pid_t rt_process_pid(const rt_process *p);
 
 /* The parent's end of the pipe of descriptor fd (0, 1 or 2) when its mode
- * was RT_STDIO_PIPE and it was not closed; else NULL. Owned by the process
- * (rt_process_close_stdio or rt_process_free closes it): do not close it
- * with rt_io_close. */
+ * was RT_STDIO_PIPE and it was not closed or taken; else NULL. Owned by
+ * the process (rt_process_close_stdio or rt_process_free closes it): do not
+ * close it with rt_io_close, or take it first (rt_process_take_stdio). */
 rt_io *rt_process_stdio(rt_process *p, int fd);
 
-/* Closes the parent's end of the pipe of descriptor fd early (the child
- * then reads the end of its input, or gets EPIPE writing). No operation on
- * it may be unfinished. Returns 0, or -EINVAL (p NULL, fd not 0-2), -EBADF
- * (no such pipe, or closed already). */
+/* Closes the parent's end of the pipe of descriptor fd early. For the
+ * child's input (0), the child then reads the end of its input. For its
+ * output (1 or 2), this is how the parent says that the reader of that
+ * output went away (a copy of it whose destination failed, say): the
+ * child's next write to it raises SIGPIPE, which ends the child (or fails
+ * with EPIPE when it ignores SIGPIPE), as in a shell pipeline. A parent
+ * that just stops reading instead leaves the child blocked on a full pipe,
+ * and waiting for its exit then waits for ever. No operation on the pipe
+ * may be unfinished. Returns 0, or -EINVAL (p NULL, fd not 0-2), -EBADF (no
+ * such pipe, or closed or taken already). */
 int rt_process_close_stdio(rt_process *p, int fd);
+
+/* Takes the parent's end of the pipe of descriptor fd out of the process
+ * (Go's StdinPipe / StdoutPipe): *out owns it from now on, and the caller
+ * closes it with rt_io_close (which, for an output, tells the child its
+ * reader went away, as rt_process_close_stdio does); rt_process_free no
+ * longer touches it. So a task that copies the child's output can own the
+ * pipe and close it itself, whatever becomes of the process. Returns 0, or
+ * -EINVAL (p or out NULL, fd not 0-2; *out NULL), -EBADF (no such pipe, or
+ * closed or taken already; *out NULL). */
+int rt_process_take_stdio(rt_process *p, int fd, rt_io **out);
 
 /* Sends signo to the child (kill(2)) unless it has been reaped. Returns 0,
  * -ESRCH (reaped already), -EINVAL (p NULL, a bad signo), -EPERM. */

@@ -470,3 +470,58 @@ RT_EXPORT int rt_io_write_all_init(rt_io_write_all *op, rt_io *io, const void *b
     return rt__io_op_init(&op->future, &io_write_all_vtable,
                           io != NULL && (buf != NULL || len == 0));
 }
+
+static rt_poll io_copy_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_io_copy *op = (rt_io_copy *)f;
+    for (;;) {
+        ssize_t n;
+        if (op->written < op->filled) {
+            if (io_write(op->to, cx, op->buf + op->written, op->filled - op->written, &n) ==
+                RT_PENDING)
+                return RT_PENDING;
+            if (n < 0) {
+                op->write_failed = true;
+                return rt__future_finish(f, n);
+            }
+            op->written += (size_t)n;
+            op->copied += (uint64_t)n;
+            continue;
+        }
+        op->filled = op->written = 0;
+        if (io_read(op->from, cx, op->buf, op->cap, &n) == RT_PENDING)
+            return RT_PENDING;
+        if (n <= 0)
+            return rt__future_finish(f, n < 0 ? n : (int64_t)op->copied);
+        op->filled = (size_t)n;
+    }
+}
+
+/* Waiting to write while bytes are left to write, else to read. */
+static void io_copy_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_io_copy *op = (const rt_io_copy *)f;
+    bool writing = op->written < op->filled;
+    info->kind = writing ? RT_WAIT_WRITE : RT_WAIT_READ;
+    info->fd = rt_io_fd(writing ? op->to : op->from);
+    rt__wait_printf(info, "copy from fd %d to fd %d, %s (%llu bytes copied)", rt_io_fd(op->from),
+                    rt_io_fd(op->to), writing ? "writing" : "reading",
+                    (unsigned long long)op->copied);
+}
+
+static const rt_future_vtable io_copy_vtable = {io_copy_vpoll, NULL, io_copy_vdescribe};
+
+RT_EXPORT int rt_io_copy_init(rt_io_copy *op, rt_io *from, rt_io *to, void *buf, size_t len)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->from = from;
+    op->to = to;
+    op->buf = buf;
+    op->cap = len;
+    op->filled = op->written = 0;
+    op->copied = 0;
+    op->write_failed = false;
+    return rt__io_op_init(&op->future, &io_copy_vtable,
+                          from != NULL && to != NULL && buf != NULL && len > 0);
+}

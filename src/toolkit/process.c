@@ -254,6 +254,20 @@ RT_EXPORT int rt_process_close_stdio(rt_process *p, int fd)
     return 0;
 }
 
+RT_EXPORT int rt_process_take_stdio(rt_process *p, int fd, rt_io **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (p == NULL || fd < 0 || fd > 2)
+        return -EINVAL;
+    if (p->stdio[fd] == NULL)
+        return -EBADF;
+    *out = p->stdio[fd];
+    p->stdio[fd] = NULL;
+    return 0;
+}
+
 RT_EXPORT int rt_process_kill(rt_process *p, int signo)
 {
     if (p == NULL || signo < 0 || signo >= _NSIG)
