@@ -252,9 +252,9 @@ static void thread_latch_wait(struct thread_latch *l)
 
 /* Runs an orchestrator task to completion from the main thread. */
 static void block_on(rt_runtime *rt, const char *workload, rt_poll_fn poll, rt_drop_fn drop,
-                     const void *state, size_t size)
+                     void *state, size_t size)
 {
-    int err = rt_block_on(rt, poll, drop, state, size, NULL);
+    int err = rt_block_on(rt, poll, drop, state, size, NULL, NULL);
     if (err < 0)
         fail("%s: rt_block_on: %s", workload, rt_strerror(err));
 }
@@ -596,7 +596,10 @@ static struct rep_result run_ping_pong(rt_runtime *rt, const struct params *p)
 /* ------------------------------------------------------------------------ */
 /* select: T tasks in T/2 pairs pass a token as in ping_pong, but every      */
 /* receive is a select over the channel and a 1 s sleep that never fires,   */
-/* so each one arms a timer and cancels it. One op: one select.             */
+/* so each one arms a timer and cancels it. One op: one select. Biased (the */
+/* channel is polled first), as the Tokio peer's `biased;` select! is;      */
+/* select_fair is the same with rt_select's default, fair, order, which     */
+/* polls the sleep first half of the time.                                  */
 /* ------------------------------------------------------------------------ */
 
 struct selector {
@@ -607,6 +610,7 @@ struct selector {
     uint64_t round;
     uintptr_t token;
     bool serves; /* sends first (the pinger), else receives first */
+    bool fair;   /* rt_select_init, else rt_select_biased_init */
     rt_chan_send send;
     rt_chan_recv recv;
     rt_sleep limit;
@@ -635,7 +639,10 @@ static rt_poll selector_poll(void *state, rt_context *cx, void **out)
         }
         rt_chan_recv_init(&p->recv, p->in);
         rt_sleep_init(&p->limit, NULL, RT_SEC(1));
-        rt_select_init(&p->sel, RT_FUTURES(&p->recv.future, &p->limit.future));
+        if (p->fair)
+            rt_select_init(&p->sel, RT_FUTURES(&p->recv.future, &p->limit.future));
+        else
+            rt_select_biased_init(&p->sel, RT_FUTURES(&p->recv.future, &p->limit.future));
         RT_AWAIT(&p->co, cx, &p->sel);
         if (p->sel.index != 0 || p->recv.result != 0)
             fail("select: the receive lost: arm %zu, %s", p->sel.index,
@@ -658,6 +665,7 @@ struct select_root {
     rt_coro co;
     uint64_t pairs;
     uint64_t rounds;
+    bool fair;
     uint64_t t0;
     struct rep_result *result;
     struct task_latch latch;
@@ -673,9 +681,14 @@ static rt_poll select_root_poll(void *state, rt_context *cx, void **out)
         rt_chan *ab, *ba;
         if (rt_chan_new(1, &ab) < 0 || rt_chan_new(1, &ba) < 0)
             fail("select: rt_chan_new failed");
-        struct selector a = {
-            .out = ab, .in = ba, .rounds = r->rounds, .serves = true, .latch = &r->latch};
-        struct selector b = {.out = ba, .in = ab, .rounds = r->rounds, .latch = &r->latch};
+        struct selector a = {.out = ab,
+                             .in = ba,
+                             .rounds = r->rounds,
+                             .serves = true,
+                             .fair = r->fair,
+                             .latch = &r->latch};
+        struct selector b = {
+            .out = ba, .in = ab, .rounds = r->rounds, .fair = r->fair, .latch = &r->latch};
         int err = RT_SPAWN(NULL, selector_poll, selector_drop, &a, NULL);
         if (err < 0)
             task_failed("select: rt_spawn", err);
@@ -689,15 +702,26 @@ static rt_poll select_root_poll(void *state, rt_context *cx, void **out)
     RT_CORO_END(&r->co, out);
 }
 
-static struct rep_result run_select(rt_runtime *rt, const struct params *p)
+static struct rep_result run_select_as(rt_runtime *rt, const struct params *p, bool fair)
 {
     struct rep_result res = {.tasks_spawned = 1};
-    struct select_root root = {.pairs = p->select_tasks / 2, .rounds = p->rounds, .result = &res};
-    block_on(rt, "select", select_root_poll, NULL, &root, sizeof root);
+    struct select_root root = {
+        .pairs = p->select_tasks / 2, .rounds = p->rounds, .fair = fair, .result = &res};
+    block_on(rt, fair ? "select_fair" : "select", select_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != 2 * root.pairs + 1)
         fail("select: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
              2 * root.pairs);
     return res;
+}
+
+static struct rep_result run_select(rt_runtime *rt, const struct params *p)
+{
+    return run_select_as(rt, p, false);
+}
+
+static struct rep_result run_select_fair(rt_runtime *rt, const struct params *p)
+{
+    return run_select_as(rt, p, true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1307,7 +1331,7 @@ static struct rep_result run_tcp_echo(rt_runtime *rt, const struct params *p)
     run_echo_client(p, server.port, line, sizeof line);
     atomic_store(&g_busy_stop, true);
     for (uint64_t i = 0; i < p->tcp_busy; i++)
-        if (rt_task_wait(busy[i], -1, NULL) < 0)
+        if (rt_task_wait(busy[i], -1, NULL, NULL) < 0)
             fail("tcp_echo: a busy task did not finish");
     echo_server_stop(&server);
     res.tasks_spawned += conns + p->tcp_busy;
@@ -1383,6 +1407,7 @@ static const struct workload WORKLOADS[] = {
     {"timers", run_timers, ops_timers},
     {"tcp_echo", run_tcp_echo, ops_tcp_echo},
     {"select", run_select, ops_select},
+    {"select_fair", run_select_fair, ops_select},
 };
 #define N_WORKLOADS (sizeof WORKLOADS / sizeof WORKLOADS[0])
 

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
     long long busy_gap = atomic_load(&max_gap_ns), busy_ticks = atomic_load(&ticks) - ticks_before;
     atomic_store(&stop_ticking, true);
     for (long i = 0; i < nt; i++)
-        rt_task_wait(tick[i], -1, NULL);
+        rt_task_wait(tick[i], -1, NULL, NULL);
     printf("dump load=yielders phase_ms=%.0f dumps=%ld max_gap_quiet_ms=%.3f "
            "max_gap_dumping_ms=%.3f polls_quiet=%lld polls_dumping=%lld\n",
            phase / 1e6, done, quiet_gap / 1e6, busy_gap / 1e6, quiet_ticks, busy_ticks);

@@ -711,11 +711,11 @@ static void finish(rt_task *h, bool abort_first, int64_t deadline, const char *w
     if (abort_first)
         rt_task_abort(h);
     int64_t left = deadline - rt_now_ns();
-    if (rt_task_wait(h, left > 0 ? left : 0, NULL) != -ETIMEDOUT)
+    if (rt_task_wait(h, left > 0 ? left : 0, NULL, NULL) != -ETIMEDOUT)
         return;
     fail("shutdown: %s did not finish in time", what);
     rt_task_abort(h);
-    if (rt_task_wait(h, 5000 * MS, NULL) == -ETIMEDOUT) {
+    if (rt_task_wait(h, 5000 * MS, NULL, NULL) == -ETIMEDOUT) {
         fail("shutdown: %s did not finish even when aborted", what);
         rt_task_detach(h);
     }

@@ -18,7 +18,7 @@
 
 static const char PING[] = "ping\n";
 
-/* One client. Its result is 0, or the negative errno that ended it. */
+/* One client. It fails (RT_FAIL) with the error that ended it. */
 struct client {
     rt_coro co;
     struct sockaddr_storage addr;
@@ -47,34 +47,29 @@ static rt_poll client_poll(void *state, rt_context *cx, void **out)
     rt_deadline_init(&c->limit, NULL, &c->connect.future, c->deadline_ns);
     RT_AWAIT(&c->co, cx, &c->limit);
     if (c->limit.result < 0)
-        RT_RETURN(&c->co, out, (intptr_t)c->limit.result);
+        RT_FAIL(&c->co, out, (int)c->limit.result);
     c->io = c->connect.conn;
     rt_io_write_all_init(&c->send, c->io, PING, strlen(PING));
     RT_AWAIT(&c->co, cx, &c->send);
     if (c->send.result < 0)
-        RT_RETURN(&c->co, out, (intptr_t)c->send.result);
+        RT_FAIL(&c->co, out, (int)c->send.result);
     rt_io_read_init(&c->reply, c->io, c->buf, sizeof c->buf);
     rt_deadline_init(&c->limit, NULL, &c->reply.future, c->deadline_ns);
     RT_AWAIT(&c->co, cx, &c->limit);
     if (c->limit.result < 0)
-        RT_RETURN(&c->co, out, (intptr_t)c->limit.result);
+        RT_FAIL(&c->co, out, (int)c->limit.result);
     if ((size_t)c->limit.result != strlen(PING) || memcmp(c->buf, PING, strlen(PING)) != 0)
-        RT_RETURN(&c->co, out, (intptr_t)-EPROTO);
+        RT_FAIL(&c->co, out, -EPROTO);
     RT_CORO_END(&c->co, out);
 }
 
-/* What the clients came to. */
-struct tally {
-    unsigned long count, ok;
-    int first_error; /* 0: none */
-};
-
-/* Starts the clients in a group and collects their results. */
+/* Starts the clients in a group and collects their outcomes; main reads
+ * the tally from this state, which rt_block_on hands back. */
 struct connector {
     rt_coro co;
     struct client proto; /* the address and deadline every client copies */
-    struct tally *tally; /* main's */
-    unsigned long done;
+    unsigned long count, ok, done;
+    int first_error; /* 0: none */
     rt_group *clients;
     rt_group_next next;
 };
@@ -89,30 +84,27 @@ static void connector_drop(void *state)
 static rt_poll connector_poll(void *state, rt_context *cx, void **out)
 {
     struct connector *c = state;
-    struct tally *t = c->tally;
     RT_CORO_BEGIN(&c->co);
-    t->first_error = rt_group_new(NULL, NULL, NULL, &c->clients);
-    if (t->first_error < 0)
+    c->first_error = rt_group_new(NULL, NULL, NULL, &c->clients);
+    if (c->first_error < 0)
         RT_RETURN(&c->co, out, NULL);
     c->proto.deadline_ns += rt_now_ns();
-    for (unsigned long i = 0; i < t->count; i++) {
+    for (unsigned long i = 0; i < c->count; i++) {
         int err = rt_group_spawn(c->clients, NULL, client_poll, client_drop, &c->proto,
                                  sizeof c->proto, NULL);
         if (err < 0) {
-            t->first_error = err;
-            t->count = i; /* collect those that started */
+            c->first_error = err;
+            c->count = i; /* collect those that started */
             break;
         }
     }
-    for (c->done = 0; c->done < t->count; c->done++) {
+    for (c->done = 0; c->done < c->count; c->done++) {
         rt_group_next_init(&c->next, c->clients);
         RT_AWAIT(&c->co, cx, &c->next);
-        int err =
-            c->next.child.status < 0 ? c->next.child.status : (int)(intptr_t)c->next.child.value;
-        if (err == 0)
-            t->ok++;
-        else if (t->first_error == 0)
-            t->first_error = err;
+        if (c->next.child.status == 0)
+            c->ok++;
+        else if (c->first_error == 0)
+            c->first_error = c->next.child.status;
     }
     RT_CORO_END(&c->co, out);
 }
@@ -137,8 +129,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: connector --port P [--count N] [--timeout-ms MS] [--workers W]\n");
         return 2;
     }
-    struct tally t = {.count = count};
-    struct connector c = {.tally = &t, .proto.deadline_ns = RT_MS(timeout_ms)};
+    struct connector c = {.count = count, .proto.deadline_ns = RT_MS(timeout_ms)};
     rt_net_addr("127.0.0.1", (uint16_t)port, &c.proto.addr, &c.proto.addr_len);
     rt_config cfg;
     rt_config_init(&cfg);
@@ -146,15 +137,15 @@ int main(int argc, char **argv)
     rt_runtime *rt;
     int err = rt_runtime_new(&cfg, &rt);
     if (err == 0) {
-        err = rt_block_on(rt, connector_poll, connector_drop, &c, sizeof c, NULL);
+        err = rt_block_on(rt, connector_poll, connector_drop, &c, sizeof c, NULL, NULL);
         rt_runtime_free(rt);
     }
     if (err < 0) {
         fprintf(stderr, "connector: %s\n", rt_strerror(err));
         return 1;
     }
-    printf("ok %lu failed %lu\n", t.ok, count - t.ok);
-    if (t.first_error < 0)
-        printf("first error: %s\n", rt_strerror(t.first_error));
-    return t.ok == count ? 0 : 1;
+    printf("ok %lu failed %lu\n", c.ok, count - c.ok);
+    if (c.first_error < 0)
+        printf("first error: %s\n", rt_strerror(c.first_error));
+    return c.ok == count ? 0 : 1;
 }

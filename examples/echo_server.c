@@ -202,7 +202,7 @@ int main(int argc, char **argv)
     printf("listening 127.0.0.1:%u\n", ntohs(((struct sockaddr_in *)&addr)->sin_port));
     fflush(stdout);
 
-    err = rt_block_on(rt, stop_poll, rt_coro_drop, &stop, sizeof stop, NULL);
+    err = rt_block_on(rt, stop_poll, rt_coro_drop, &stop, sizeof stop, NULL, NULL);
     rt_signal_free(stop.intr);
     rt_signal_free(stop.term);
     /* Cancels the accept loop and every connection: their drops close them. */

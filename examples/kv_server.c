@@ -370,7 +370,7 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     /* Until SIGINT or SIGTERM has stopped the acceptor and its connections. */
-    rt_task_wait(acceptor, -1, NULL);
+    rt_task_wait(acceptor, -1, NULL, NULL);
     err = rt_runtime_free(rt);
     for (unsigned i = 0; i < MAP_BUCKETS; i++) {
         for (struct entry *e = map.buckets[i], *next; e != NULL; e = next) {

@@ -85,7 +85,7 @@ int main(int argc, char **argv)
     }
     struct sum_range root = {.lo = 1, .hi = n + 1};
     void *result;
-    err = rt_block_on(rt, sum_range_poll, sum_range_drop, &root, sizeof(root), &result);
+    err = rt_block_on(rt, sum_range_poll, sum_range_drop, &root, sizeof(root), &result, NULL);
     if (err < 0) {
         fprintf(stderr, "rt_block_on: %s\n", rt_strerror(err));
         rt_runtime_free(rt);

@@ -132,10 +132,10 @@ int main(int argc, char **argv)
     err = rt_process_spawn(rt, &o, &p.child);
     void *status = (void *)(intptr_t)127;
     if (err == 0)
-        err = rt_block_on(rt, pipeline_poll, pipeline_drop, &p, sizeof p, &status);
+        err = rt_block_on(rt, pipeline_poll, pipeline_drop, &p, sizeof p, &status, NULL);
     if (err < 0)
         fprintf(stderr, "pipe_through: %s: %s\n", argv[1], rt_strerror(err));
-    if (err < 0 && err != -ECANCELED) { /* the pipeline never ran: all still ours */
+    if (err < 0) { /* the pipeline never ran: all still ours */
         rt_process_free(p.child);
         rt_io_close(p.in);
         rt_io_close(p.out);

@@ -110,7 +110,7 @@ int main(int argc, char **argv)
         return 1;
     }
     void *sum = NULL;
-    err = rt_block_on(rt, pipeline_poll, pipeline_drop, &p, sizeof p, &sum);
+    err = rt_block_on(rt, pipeline_poll, pipeline_drop, &p, sizeof p, &sum, NULL);
     rt_runtime_free(rt);
     if (err < 0) {
         fprintf(stderr, "rt_block_on: %s\n", rt_strerror(err));

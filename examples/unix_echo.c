@@ -203,7 +203,7 @@ int main(int argc, char **argv)
     printf("listening %s\n", path);
     fflush(stdout);
 
-    err = rt_block_on(rt, stop_poll, rt_coro_drop, &stop, sizeof stop, NULL);
+    err = rt_block_on(rt, stop_poll, rt_coro_drop, &stop, sizeof stop, NULL, NULL);
     /* New clients get ENOENT from here on; the ones connected are closed
      * below. */
     if (made_file && unlink(path) < 0)

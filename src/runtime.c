@@ -333,14 +333,14 @@ RT_EXPORT int rt_runtime_free(rt_runtime *rt)
     return 0;
 }
 
-RT_EXPORT int(rt_block_on)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                           size_t size, void **value)
+RT_EXPORT int(rt_block_on)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state,
+                           size_t size, void **value, int *status)
 {
-    return rt_block_on_at(NULL, rt, poll, drop, state, size, value);
+    return rt_block_on_at(NULL, rt, poll, drop, state, size, value, status);
 }
 
 RT_EXPORT int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
-                             const void *state, size_t size, void **value)
+                             void *state, size_t size, void **value, int *status)
 {
     if (rt == NULL)
         return -EINVAL;
@@ -353,8 +353,9 @@ RT_EXPORT int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, 
         return -ENOMEM;
     rt_task *handle;
     int err = rt_spawn_ex_at(site, rt, NULL, poll, drop, state, size, &handle);
+    /* No limit: the wait itself cannot fail once the waker exists. */
     if (err == 0)
-        err = rt__task_wait_with(handle, tw, -1, value);
+        err = rt__task_wait_with(handle, tw, -1, value, status, state, size);
     rt__thread_waker_release(tw);
     return err;
 }

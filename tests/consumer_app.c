@@ -19,7 +19,7 @@ int main(void)
     if (rt_runtime_new(NULL, &rt) < 0)
         return 1;
     void *value = NULL;
-    int err = rt_block_on(rt, answer, NULL, NULL, 0, &value);
+    int err = rt_block_on(rt, answer, NULL, NULL, 0, &value, NULL);
     rt_runtime_free(rt);
     printf("answer %d from asyncrt %s\n", (int)(uintptr_t)value, rt_version_string());
     return err == 0 && (uintptr_t)value == 42 && rt_version() == ASYNCRT_VERSION_HEX ? 0 : 1;

@@ -63,7 +63,8 @@ static int slot_spawned(unsigned slot, int err)
 /* The errors a failed resource request may surface as. */
 static bool resource_errno(int err)
 {
-    return err == -ENOMEM || err == -EAGAIN || err == -EMFILE;
+    /* -ENOBUFS: an accepted connection that epoll had no memory to watch. */
+    return err == -ENOMEM || err == -EAGAIN || err == -EMFILE || err == -ENOBUFS;
 }
 
 /* Checks that `err` is 0 or one of `extra` (a 0-terminated list) or a
@@ -156,10 +157,14 @@ static int run_root(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *stat
     struct root_head *h = state;
     h->slot = slot_take();
     void *value = NULL;
-    int err = EXPECT_OR(rt_block_on(rt, poll, drop, state, size, &value), -ECANCELED);
-    if (err == 0 || err == -ECANCELED)
-        atomic_store(&ledger.spawned[h->slot], 1);
-    /* On other errors the ledger expects no poll and no drop for the slot. */
+    unsigned slot = h->slot; /* the state comes back as the drop left it */
+    int status = 0;
+    int err = EXPECT(rt_block_on(rt, poll, drop, state, size, &value, &status));
+    if (err == 0)
+        atomic_store(&ledger.spawned[slot], 1);
+    /* On errors the ledger expects no poll and no drop for the slot. */
+    if (err == 0 && status != 0)
+        err = expect("the root's status", status, (const int[]){-ECANCELED, 0});
     return err != 0 ? err : (int)(intptr_t)value;
 }
 
@@ -265,9 +270,12 @@ static int scenario_spawn(rt_runtime *rt)
     rt_task *t = NULL;
     int e = EXPECT(spawn_child(rt, 1, &t));
     if (e == 0) {
-        e = EXPECT(rt_task_wait(t, -1, NULL));
+        int status = 0;
+        e = EXPECT(rt_task_wait(t, -1, NULL, &status));
         if (e < 0)
-            rt_task_detach(t);
+            rt_task_detach(t); /* the wait's own error: the handle is still ours */
+        else
+            e = EXPECT(status);
     }
     return err != 0 ? err : e;
 }
@@ -653,10 +661,11 @@ static int scenario_blocking(rt_runtime *rt)
     int e = EXPECT(rt_spawn_blocking(rt, job, (void *)(intptr_t)6, &t));
     if (e == 0) {
         void *value = NULL;
-        e = EXPECT(rt_task_wait(t, -1, &value));
+        int status = 0;
+        e = EXPECT(rt_task_wait(t, -1, &value, &status));
         if (e < 0)
-            rt_task_detach(t);
-        else if ((intptr_t)value != 6)
+            rt_task_detach(t); /* the wait's own error: the handle is still ours */
+        else if ((e = EXPECT(status)) == 0 && (intptr_t)value != 6)
             expect("blocking wait", -EPROTO, NULL);
     }
     return err != 0 ? err : e;

@@ -50,7 +50,7 @@ int main(int argc, char **argv)
         return 2;
     struct lookup l = {.name = argv[1]};
     void *status = NULL;
-    int err = rt_block_on(rt, lookup_poll, lookup_drop, &l, sizeof l, &status);
+    int err = rt_block_on(rt, lookup_poll, lookup_drop, &l, sizeof l, &status, NULL);
     rt_runtime_free(rt);
     return err < 0 ? 2 : (int)(intptr_t)status;
 }

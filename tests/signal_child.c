@@ -44,7 +44,7 @@ int main(void)
     printf("ready\n");
     fflush(stdout);
     void *result = NULL;
-    int err = rt_block_on(rt, waiter_poll, rt_coro_drop, &w, sizeof w, &result);
+    int err = rt_block_on(rt, waiter_poll, rt_coro_drop, &w, sizeof w, &result, NULL);
     rt_signal_free(w.sig);
     rt_runtime_free(rt);
     if (err < 0)

@@ -327,6 +327,29 @@ bool wait_all_workers_parked(rt_runtime *rt)
     return false;
 }
 
+/* ---- waiting for tasks ---------------------------------------------------- */
+
+int task_wait_status(rt_task *task, int64_t timeout_ns, void **value)
+{
+    int status = 1; /* rt_task_wait leaves it alone on its own errors */
+    int rc = rt_task_wait(task, timeout_ns, value, &status);
+    if (rc < 0)
+        return rc;
+    cr_assert_leq(status, 0, "rt_task_wait returned 0 without a status");
+    return status;
+}
+
+int block_on_status_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                       void *state, size_t size, void **value)
+{
+    int status = 1;
+    int rc = rt_block_on_at(site, rt, poll, drop, state, size, value, &status);
+    if (rc < 0)
+        return rc;
+    cr_assert_leq(status, 0, "rt_block_on returned 0 without a status");
+    return status;
+}
+
 /* ---- descriptors -------------------------------------------------------- */
 
 int count_fds(void)

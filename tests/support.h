@@ -281,6 +281,21 @@ bool all_workers_parked(rt_runtime *rt);
  * worker is parked. */
 bool wait_all_workers_parked(rt_runtime *rt);
 
+/* ---- waiting for tasks ---------------------------------------------------- */
+
+/* rt_task_wait's outcome as one number, for tests that only compare it: the
+ * task's status once it finished (0, its own error, or -ECANCELED; the
+ * handle is then released), else the wait's own error (the handle kept). */
+int task_wait_status(rt_task *task, int64_t timeout_ns, void **value);
+
+/* rt_block_on's outcome as one number in the same way: the future's status
+ * once it ran, else rt_block_on's own error. A macro, so that the spawn
+ * site recorded is the caller's. */
+int block_on_status_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                       void *state, size_t size, void **value);
+#define block_on_status(rt, poll, drop, state, size, value)                                        \
+    block_on_status_at(RT_HERE, (rt), (poll), (drop), (state), (size), (value))
+
 /* ---- descriptors -------------------------------------------------------- */
 
 /* Open descriptors of this process (the directory's own one included, the

@@ -96,7 +96,7 @@ rt_task *spawn_awaiter(rt_runtime *rt, rt_future *op, struct event *pending, str
 int64_t run_op(rt_runtime *rt, rt_future *op)
 {
     rt_task *t = spawn_awaiter(rt, op, NULL, NULL);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert(rt_future_is_done(op));
     return op->result;
 }
@@ -115,7 +115,7 @@ rt_task *start_waiting(rt_runtime *rt, rt_future *op, struct event *dropped)
 void abort_waiting(rt_task *t, rt_future *op)
 {
     rt_task_abort(t);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(rt_future_is_done(op));
     cr_assert_eq(op->result, -ECANCELED);
 }
@@ -272,7 +272,7 @@ void pool_barrier(rt_runtime *rt)
 {
     rt_task *t;
     cr_assert_eq(rt_spawn_blocking(rt, quick_job, NULL, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 void write_fd_all(int fd, const void *buf, size_t len)

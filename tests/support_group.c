@@ -70,11 +70,12 @@ void assert_group_drained(rt_runtime *rt, rt_group *g)
     cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT,
                  "a next on an empty open group did not wait");
     size_t failed;
-    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed, NULL), 0);
     cr_assert_eq(hand_next(rt, g, -1, &res), -ECHILD, "a next on an empty closed group");
 }
 
-int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed)
+int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed,
+              size_t *cancelled)
 {
     rt_group_wait op;
     memset(&op, 0, sizeof op);
@@ -88,10 +89,15 @@ int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, siz
         cr_assert_eq(rc, 0, "rt_timeout_init: %s", rt_strerror(rc));
     }
     *failed = (size_t)-1;
+    if (cancelled != NULL)
+        *cancelled = (size_t)-1;
     int64_t result =
         hand_poll(&op.future, &t, timed, closing ? "rt_group_close" : "rt_group_join_all");
-    if (result == 0)
+    if (result == 0) {
         *failed = op.failed;
+        if (cancelled != NULL)
+            *cancelled = op.cancelled;
+    }
     return (int)result;
 }
 

@@ -25,9 +25,11 @@ int hand_next(rt_runtime *rt, rt_group *g, int64_t timeout_ns, rt_group_result *
 void assert_group_drained(rt_runtime *rt, rt_group *g);
 
 /* rt_group_join_all (closing false) or rt_group_close (true) polled by hand
- * until ready, limited as hand_next. Returns the result; *failed receives
- * the failed count when it is 0. */
-int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed);
+ * until ready, limited as hand_next. Returns the result; *failed and
+ * *cancelled (may be NULL) receive the failed and cancelled counts when it
+ * is 0. */
+int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed,
+              size_t *cancelled);
 
 /* A result that owns memory, so that a lost one shows up as a leak. */
 #define BOX_MAGIC 0xB0C5B0C5u

@@ -100,7 +100,7 @@ rt_task *spawn_op(rt_runtime *rt, rt_io *io, enum op_kind kind, const void *data
 intptr_t wait_op(rt_task *task)
 {
     void *value = NULL;
-    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &value);
+    int rc = task_wait_status(task, WAIT_DEADLINE_NS, &value);
     cr_assert_eq(rc, 0, "the operation never finished: %s", rt_strerror(rc));
     return (intptr_t)value;
 }
@@ -127,10 +127,10 @@ struct accept_out accept_one(rt_runtime *rt, rt_io *listener)
     struct accept_once s = {.listener = listener, .o = &o};
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, accept_once_poll, rt_coro_drop, &s, &task), 0);
-    int rc = rt_task_wait(task, 10 * SEC, NULL);
+    int rc = task_wait_status(task, 10 * SEC, NULL);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         o.err = -ETIMEDOUT;
         return o;
     }

@@ -52,7 +52,7 @@ void run_op(rt_runtime *rt, rt_future *op)
     struct awaiter a = {op, NULL, NULL};
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 /* A lookup run to the end; the operation is static, so the returned

@@ -38,5 +38,5 @@ void run_probe(rt_runtime *rt)
 {
     rt_task *probe = NULL;
     cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &probe), 0);
-    cr_assert_eq(rt_task_wait(probe, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(probe, WAIT_DEADLINE_NS, NULL), 0);
 }

@@ -69,7 +69,7 @@ void run_op(rt_runtime *rt, rt_future *op)
     struct await_op a = {.op = op};
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 /* A task that waits in one operation (the test's), signalling `pending`
@@ -110,7 +110,7 @@ rt_task *start_waiter(rt_runtime *rt, rt_future *op)
 void abort_waiter(rt_task *t)
 {
     rt_task_abort(t);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
 }
 
 rt_io *listen_on(rt_runtime *rt, const char *name, unsigned flags)

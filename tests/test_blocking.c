@@ -107,7 +107,7 @@ Test(blocking, result_comes_back_through_join_from_a_task)
     memset(&j, 0, sizeof j);
     struct joiner *jp = &j;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, joiner_poll, NULL, &jp, sizeof jp, &value), 0);
+    cr_assert_eq(block_on_status(rt, joiner_poll, NULL, &jp, sizeof jp, &value), 0);
     cr_assert_eq(j.spawn_rc, 0, "rt_spawn_blocking from a task: %s", rt_strerror(j.spawn_rc));
     cr_assert_eq(value, (void *)1);
     cr_assert_eq(j.bad, 0, "%d joins returned a wrong value or status", j.bad);
@@ -139,7 +139,7 @@ static void *foreign_jobs_thread(void *arg)
     }
     for (int i = 0; i < 25; i++)
         if (f->rc[i] == 0)
-            f->wait_rc[i] = rt_task_wait(h[i], WAIT_DEADLINE_NS, &f->values[i]);
+            f->wait_rc[i] = task_wait_status(h[i], WAIT_DEADLINE_NS, &f->values[i]);
     return NULL;
 }
 
@@ -151,7 +151,7 @@ Test(blocking, result_comes_back_through_wait_from_foreign_threads_with_unique_i
     cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)(uintptr_t)41, &h), 0);
     uint64_t own_id = rt_task_id(h);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)42);
 
     /* Three more foreign threads at once. */
@@ -249,10 +249,10 @@ Test(blocking, a_job_does_not_hold_a_worker)
     rt_task *t = NULL;
     cr_assert_eq(RT_SPAWN(rt, unblocker_poll, NULL, &u, &t), 0);
     void *value = NULL;
-    int rc = rt_task_wait(t, WAIT_DEADLINE_NS, &value);
+    int rc = task_wait_status(t, WAIT_DEADLINE_NS, &value);
     if (rc == -ETIMEDOUT) {
         event_signal(&unblock);
-        cr_assert_eq(rt_task_wait(t, -1, NULL), 0);
+        cr_assert_eq(task_wait_status(t, -1, NULL), 0);
         cr_assert_fail("the blocking job held the only worker");
     }
     cr_assert_eq(rc, 0);
@@ -293,7 +293,7 @@ Test(blocking, at_most_blocking_threads_jobs_run_at_once_and_the_rest_queue_fifo
     event_signal(&release);
     for (int i = 0; i < SAT_JOBS; i++) {
         void *value = NULL;
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq(value, (void *)(intptr_t)(i * 10 + 1));
     }
     cr_assert_eq(atomic_load(&max_running), 2, "%d jobs ran at once with blocking_threads 2",
@@ -326,7 +326,7 @@ Test(blocking, idle_threads_exit_after_blocking_idle_ns)
                  (unsigned long long)threads);
     event_signal(&release);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(rt_task_wait(hs[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(hs[i], WAIT_DEADLINE_NS, NULL), 0);
     int64_t last_end = atomic_load(&last_end_ns);
 
     cr_assert(wait_blocking_threads(rt, 0, 10), "%llu pool threads still alive after 10 s idle",
@@ -340,7 +340,7 @@ Test(blocking, idle_threads_exit_after_blocking_idle_ns)
     rt_task *h = NULL;
     cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)9, &h), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)10);
     cr_assert_leq(metrics_now(rt).blocking_threads, 1);
     rt_metrics m;
@@ -398,7 +398,7 @@ Test(blocking, coop_proceed_is_always_true_in_a_blocking_job)
     rt_task *h = NULL;
     cr_assert_eq(rt_spawn_blocking(rt, coop_job, NULL, &h), 0);
     void *value = (void *)1;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_null(value, "rt_coop_proceed returned false at call %ld in a blocking job",
                    (long)(intptr_t)value);
     finish_runtime(rt, 0);
@@ -439,7 +439,7 @@ Test(blocking, spawn_blocking_ex_releases_after_the_job_or_instead_of_it)
     rt_task *t;
     cr_assert_eq(rt_spawn_blocking_ex(rt, ex_job, ex_release, &ex_released, &t), 0);
     void *v;
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq(v, &ex_released);
     cr_assert_eq(atomic_load(&ex_ran), 1);
     cr_assert_eq(atomic_load(&ex_released), 1, "released once, before the join saw the end");
@@ -450,9 +450,9 @@ Test(blocking, spawn_blocking_ex_releases_after_the_job_or_instead_of_it)
     cr_assert_eq(rt_spawn_blocking(rt, ex_wait_for_gate, NULL, &busy), 0);
     cr_assert_eq(rt_spawn_blocking_ex(rt, ex_job, ex_release, &ex_released, &queued), 0);
     rt_task_abort(queued);
-    cr_assert_eq(rt_task_wait(queued, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(queued, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     event_signal(&ex_gate);
-    cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(busy, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&ex_ran), 1, "the aborted job never ran");
     cr_assert_eq(atomic_load(&ex_released), 2, "its argument was released");
     cr_assert_eq(rt_spawn_blocking_ex(rt, NULL, ex_release, &ex_released, NULL), -EINVAL);

@@ -81,18 +81,18 @@ Test(blocking, an_aborted_queued_job_never_runs_and_a_running_one_keeps_its_resu
         event_signal(&release);
 
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(running_job, WAIT_DEADLINE_NS, &value), 0,
+    cr_assert_eq(task_wait_status(running_job, WAIT_DEADLINE_NS, &value), 0,
                  "an aborted running job must keep its result");
     cr_assert_eq(value, (void *)1);
-    cr_assert_eq(rt_task_wait(after, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(after, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)21);
     /* The job after the aborted one has run, so the pool is past it. */
     cr_assert(rt_task_is_finished(queued));
     value = (void *)1;
-    cr_assert_eq(rt_task_wait(queued, WAIT_DEADLINE_NS, &value), -ECANCELED);
+    cr_assert_eq(task_wait_status(queued, WAIT_DEADLINE_NS, &value), -ECANCELED);
     cr_assert_null(value);
     value = NULL;
-    cr_assert_eq(rt_task_wait(joiner, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(joiner, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq((intptr_t)value, -ECANCELED, "the task joining an aborted queued job got %ld",
                  (long)(intptr_t)value);
 
@@ -147,9 +147,9 @@ Test(blocking, shutdown_cancels_queued_jobs_and_abandons_a_job_stuck_past_the_wa
 
     /* The queued jobs were cancelled. */
     void *value = (void *)1;
-    cr_assert_eq(rt_task_wait(q1, WAIT_DEADLINE_NS, &value), -ECANCELED);
+    cr_assert_eq(task_wait_status(q1, WAIT_DEADLINE_NS, &value), -ECANCELED);
     cr_assert_null(value);
-    cr_assert_eq(rt_task_wait(q2, WAIT_DEADLINE_NS, &value), -ECANCELED);
+    cr_assert_eq(task_wait_status(q2, WAIT_DEADLINE_NS, &value), -ECANCELED);
 
     /* Let the abandoned job finish, and its thread exit. */
     for (int i = 0; i < 4; i++)
@@ -218,7 +218,7 @@ Test(blocking, shutdown_waits_for_a_running_job_when_the_wait_is_unbounded)
     cr_assert_geq(s.returned_ns, released_at, "shutdown returned before the job was released");
     cr_assert_eq(atomic_load(&ran[0]), 1, "shutdown returned before the running job finished");
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(job, WAIT_DEADLINE_NS, &value), 0,
+    cr_assert_eq(task_wait_status(job, WAIT_DEADLINE_NS, &value), 0,
                  "a job that finished during shutdown keeps its result");
     cr_assert_eq(value, (void *)1);
     rt_metrics m = metrics_now(rt);
@@ -239,12 +239,12 @@ Test(blocking, an_aborted_queued_job_completes_at_once_while_every_thread_is_bus
     rt_task *queued = spawn_held(rt, 1);
     rt_task_abort(queued);
     void *value = (void *)1;
-    cr_assert_eq(rt_task_wait(queued, WAIT_DEADLINE_NS, &value), -ECANCELED,
+    cr_assert_eq(task_wait_status(queued, WAIT_DEADLINE_NS, &value), -ECANCELED,
                  "the aborted queued job waited for the busy thread");
     cr_assert_null(value);
     cr_assert_eq(atomic_load(&running), 1, "the held job was disturbed");
     event_signal(&release);
-    cr_assert_eq(rt_task_wait(held, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(held, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)1);
     cr_assert_eq(atomic_load(&ran[1]), 0, "the aborted job ran");
     finish_runtime(rt, 0);
@@ -259,12 +259,12 @@ Test(blocking, an_idle_time_too_large_for_the_clock_neither_spins_nor_blocks_shu
     rt_task *h = NULL;
     cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)41, &h), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)42);
     /* The thread is idle now; the pool must still answer. */
     for (int i = 0; i < 10; i++) {
         cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)(uintptr_t)i, &h), 0);
-        cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq(value, (void *)(uintptr_t)(i + 1));
     }
     /* Without a usable deadline the idle threads simply stay. */
@@ -297,7 +297,7 @@ Test(blocking, a_job_writing_to_a_closed_pipe_gets_epipe_whoever_spawned_it)
     rt_task *h = NULL;
     cr_assert_eq(rt_spawn_blocking(rt, write_to_closed_pipe, NULL, &h), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq((intptr_t)value, -EPIPE);
     close(sigpipe_fds[1]);
     finish_runtime(rt, 0);
@@ -350,7 +350,7 @@ Test(blocking, a_thread_that_cannot_be_created_is_an_error_not_a_hang)
     /* With room again, the pool works. */
     cr_assert_eq(rt_spawn_blocking(rt, quick_job, (void *)1, &h), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq(value, (void *)2);
     rt_metrics m;
     finish_runtime_metrics(rt, 0, &m);

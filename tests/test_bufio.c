@@ -104,7 +104,7 @@ Test(bufio, lines_split_at_every_byte_boundary_come_out_whole)
             cr_assert(event_wait_for(&pending, seen + 1));
         write_all_fd(wfd, INPUT + split, len - split);
         close(wfd);
-        cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0, "split at %zu", split);
+        cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0, "split at %zu", split);
         rt_reader_free(r);
         rt_io_close(io);
     }
@@ -131,7 +131,7 @@ static void run_op(rt_runtime *rt, rt_future *op)
     struct await_op a = {.op = op};
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 Test(bufio, a_line_longer_than_the_buffer_is_emsgsize_and_can_be_skipped)
@@ -301,7 +301,7 @@ Test(bufio, exact_reads_cross_refills_and_stop_short_at_the_end)
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, feed, &f), 0);
     void *total;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &total), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &total), 0);
     cr_assert_eq((uintptr_t)total, BIG);
     pthread_join(th, NULL);
     rt_reader_free(r);
@@ -386,7 +386,7 @@ Test(bufio, small_writes_are_gathered_and_big_ones_go_straight_through)
     struct writer_task t = {.writer = w, .big = big};
     rt_task *task;
     cr_assert_eq(RT_SPAWN(rt, writer_task_poll, rt_coro_drop, &t, &task), 0);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     rt_writer_free(w);
     rt_io_close(io); /* the end of the stream for the drain */
     pthread_join(th, NULL);

@@ -136,7 +136,7 @@ Test(channel, several_receiver_tasks_and_threads_get_each_value_once_and_all_see
     rt_chan_sender_drop(ch); /* the end of the stream */
     for (int i = 0; i < MC_RECEIVERS; i++) {
         void *v = NULL;
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &v), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, &v), 0);
         cr_assert_eq((intptr_t)v, -EPIPE, "receiver %d ended with %d", i, (int)(intptr_t)v);
     }
     for (int i = 0; i < MC_THREADS; i++)
@@ -165,7 +165,7 @@ Test(channel, receivers_aborted_while_they_wait_lose_and_strand_nothing)
     int ended = 0;
     for (int i = 0; i < MC_RECEIVERS; i++) {
         void *v = NULL;
-        int err = rt_task_wait(h[i], WAIT_DEADLINE_NS, &v);
+        int err = task_wait_status(h[i], WAIT_DEADLINE_NS, &v);
         cr_assert(err == 0 || err == -ECANCELED, "receiver %d: %s", i, rt_strerror(err));
         if (err == 0) {
             cr_assert_eq((intptr_t)v, -EPIPE);

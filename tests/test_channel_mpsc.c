@@ -599,7 +599,7 @@ Test(channel, blocking_forms_fail_with_edeadlk_inside_a_task_and_move_nothing)
     cr_assert_eq(rt_oneshot_send(o, V(9)), 0);
     struct chan_deadlock_probe p = {ch, o, 1, 1, 1};
     struct chan_deadlock_probe *pp = &p;
-    cr_assert_eq(rt_block_on(rt, chan_deadlock_probe_poll, NULL, &pp, sizeof pp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, chan_deadlock_probe_poll, NULL, &pp, sizeof pp, NULL), 0);
     cr_assert_eq(p.chan_recv_rc, -EDEADLK, "rt_chan_recv_blocking: %s",
                  rt_strerror(p.chan_recv_rc));
     cr_assert_eq(p.chan_send_rc, -EDEADLK, "rt_chan_send_blocking: %s",

@@ -243,7 +243,7 @@ Test(channel, oneshot_recv_blocking_on_a_foreign_thread_times_out_then_receives)
     cr_assert_eq(rt_oneshot_recv_blocking(o, WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq(v, V(77));
     void *sent_rc = V(1);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &sent_rc), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &sent_rc), 0);
     cr_assert_eq((intptr_t)sent_rc, 0);
     cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -EALREADY);
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
@@ -254,7 +254,7 @@ Test(channel, oneshot_recv_blocking_on_a_foreign_thread_times_out_then_receives)
     t.value = NULL;
     cr_assert_eq(RT_SPAWN(rt, oneshot_send_task_poll, NULL, &t, &task), 0);
     cr_assert_eq(rt_oneshot_recv_blocking(o, WAIT_DEADLINE_NS, &v), -EPIPE);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
     finish_runtime(rt, 0);
 }
@@ -278,7 +278,7 @@ Test(channel, oneshot_recv_in_a_task_sent_from_a_foreign_thread)
     cr_assert(event_wait_for(&os_pending, 1), "the receiver never waited");
     cr_assert_eq(rt_oneshot_send(o, V(0xAB)), 0);
     void *v = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq(v, V(0xAB));
     cr_assert_eq(res.status, 0);
     cr_assert_eq(res.value, V(0xAB));
@@ -306,7 +306,7 @@ Test(channel, oneshot_receiving_task_aborted_releases_the_receiver)
     cr_assert_eq(RT_SPAWN(rt, oneshot_receiver_poll, oneshot_receiver_drop, &r, &task), 0);
     cr_assert(event_wait_for(&os_pending, 1), "the receiver never waited");
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&os_dropped), 1);
     struct msg *m = new_msg(1);
     cr_assert_eq(rt_oneshot_send(o, m), -EPIPE, "sent to a receiver that was dropped");

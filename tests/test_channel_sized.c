@@ -220,11 +220,11 @@ Test(channel_sized, two_producers_and_two_consumers_exchange_structs)
     cr_assert_eq(RT_SPAWN(rt, producer_poll, producer_drop, &p2, &tp2), 0);
     cr_assert_eq(RT_SPAWN(rt, consumer_poll, consumer_drop, &c, &tc1), 0);
     cr_assert_eq(RT_SPAWN(rt, consumer_poll, consumer_drop, &c, &tc2), 0);
-    cr_assert_eq(rt_task_wait(tp1, WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_eq(rt_task_wait(tp2, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(tp1, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(tp2, WAIT_DEADLINE_NS, NULL), 0);
     void *n1, *n2;
-    cr_assert_eq(rt_task_wait(tc1, WAIT_DEADLINE_NS, &n1), 0);
-    cr_assert_eq(rt_task_wait(tc2, WAIT_DEADLINE_NS, &n2), 0);
+    cr_assert_eq(task_wait_status(tc1, WAIT_DEADLINE_NS, &n1), 0);
+    cr_assert_eq(task_wait_status(tc2, WAIT_DEADLINE_NS, &n2), 0);
     cr_assert_eq((uintptr_t)n1 + (uintptr_t)n2, MESSAGES, "every value exactly once");
     for (unsigned i = 0; i < MESSAGES; i++)
         cr_assert_eq(atomic_load(&seen[i]), 1);
@@ -247,7 +247,7 @@ Test(channel_sized, a_waiting_senders_bytes_are_handed_in_when_room_is_made)
     struct sample got;
     cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, &got), 0);
     assert_sample(&got, 1);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, &got), 0);
     assert_sample(&got, 2);
     struct sample third = sample_of(3);
@@ -290,7 +290,7 @@ Test(channel_sized, a_dropped_receive_leaves_the_destination_alone)
     struct await_select a = {.sel = &sel};
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, await_select_poll, rt_coro_drop, &a, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(sel.index, 1);
     cr_assert_eq(rx.result, -ECANCELED);
     for (size_t i = 0; i < sizeof dst; i++)

@@ -311,10 +311,10 @@ Test(channel, chan_many_producers_tasks_and_threads_deliver_every_message_once_i
     }
     rt_chan_sender_drop(ch); /* the test's own reference */
     for (int i = 0; i < MP_TASKS; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
     for (int i = 0; i < MP_THREADS; i++)
         pthread_join(threads[i], NULL);
-    cr_assert_eq(rt_task_wait(consumer, WAIT_DEADLINE_NS, NULL), 0,
+    cr_assert_eq(task_wait_status(consumer, WAIT_DEADLINE_NS, NULL), 0,
                  "the consumer never saw the end of the stream");
     cr_assert_eq(atomic_load(&mp_send_errors), 0);
     cr_assert_eq(tally.last_status, -EPIPE, "the stream ended with %s",
@@ -352,7 +352,7 @@ Test(channel, chan_single_task_producer_to_a_blocking_receiver_keeps_fifo_order)
     }
     void *v = V(1);
     cr_assert_eq(rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&mp_send_errors), 0);
     rt_chan_receiver_drop(ch, NULL, NULL);
     finish_runtime(rt, 0);
@@ -373,7 +373,7 @@ Test(channel, chan_receive_aborted_mid_wait_loses_no_message)
     rt_task *task = spawn_chan_receiver(rt, &r);
     cr_assert(event_wait_for(&recv_pending, 1), "the receiver never waited");
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(rt_chan_try_send(ch, V(0x51)), 0);
     cr_assert_eq(rt_chan_len(ch), 1, "the message went to the aborted receive");
     /* A new receiver gets it. */
@@ -381,7 +381,7 @@ Test(channel, chan_receive_aborted_mid_wait_loses_no_message)
     r2.ch = ch;
     task = spawn_chan_receiver(rt, &r2);
     void *v = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq(v, V(0x51), "the new receiver got %p", v);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -405,7 +405,7 @@ Test(channel, chan_receive_aborted_racing_a_send_gets_the_message_or_leaves_it)
         cr_assert_eq(rt_chan_try_send(ch, V(i + 1)), 0);
         rt_task_abort(task);
         void *v = NULL;
-        int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &v);
+        int rc = task_wait_status(task, WAIT_DEADLINE_NS, &v);
         void *left_v = NULL;
         int trc = rt_chan_try_recv(ch, &left_v);
         if (rc == 0) {
@@ -455,7 +455,7 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     cr_assert_eq(rt_chan_send_init(&op, ch, V(3)), 0);
     cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(freed_unsent, "the drop said a send nobody received from was sent");
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
@@ -504,7 +504,7 @@ Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_the_drop
         cr_assert_eq(v, V(1));
         rt_task_abort(task);
         void *result = NULL;
-        int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &result);
+        int rc = task_wait_status(task, WAIT_DEADLINE_NS, &result);
         int trc = rt_chan_try_recv(ch, &v);
         cr_assert_neq(accepted_by_drop, -1,
                       "round %d: a drop after RT_READY changed the send's result", i);
@@ -565,7 +565,7 @@ Test(channel, chan_receiver_dropped_wakes_a_waiting_sender_task_with_epipe)
     rt_chan_receiver_drop(ch, dispose_free, NULL);
     cr_assert_eq(atomic_load(&disposed_free_count), 1, "the buffered value was not disposed");
     void *result = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &result), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &result), 0);
     cr_assert_eq((intptr_t)result, -EPIPE, "the waiting send ended with %d", (int)(intptr_t)result);
     cr_assert(freed_unsent, "the refused value was not left to its sender");
     cr_assert_eq(atomic_load(&disposed_free_count), 1);
@@ -649,7 +649,7 @@ static intptr_t run_budget_case(unsigned budget, bool sending)
     b.ch = ch;
     b.sending = sending;
     void *v = V(-5);
-    cr_assert_eq(rt_block_on(rt, budget_user_poll, budget_user_drop, &b, sizeof b, &v), 0);
+    cr_assert_eq(block_on_status(rt, budget_user_poll, budget_user_drop, &b, sizeof b, &v), 0);
     finish_runtime(rt, 0);
     if (sending) {
         cr_assert_eq(rt_chan_len(ch), BUDGET_VALUES);

@@ -438,14 +438,14 @@ Test(coro, coroutine_run_by_block_on_yields_and_returns_its_value)
     struct report report = {0};
     struct yielder_task state = {{0}, &report};
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, yielder_task_poll, NULL, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, yielder_task_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)0xC0FFEE);
     finish_runtime(rt, 0);
     /* Three polls end in a yield, the fourth returns. */
     cr_assert_eq(report.polls, 4);
     cr_assert_eq(report.current, rt);
-    /* The caller's copy of the state was never touched. */
-    cr_assert_eq(state.co.line, 0);
+    /* The state came back as the task left it: a finished coroutine. */
+    cr_assert_eq(state.co.line, RT_CORO_DONE);
 }
 
 struct parent {
@@ -494,7 +494,7 @@ Test(coro, multi_step_coroutine_awaits_joins_of_children_and_yields_between_them
         memset(&state, 0, sizeof state);
         state.report = &report;
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, parent_poll, NULL, &state, sizeof state, &value), 0);
+        cr_assert_eq(block_on_status(rt, parent_poll, NULL, &state, sizeof state, &value), 0);
         for (int i = 0; i < 3; i++) {
             cr_assert_eq(report.spawn_rc[i], 0, "child %d: %s", i, rt_strerror(report.spawn_rc[i]));
             cr_assert_eq(report.status[i], 0, "child %d status %d", i, report.status[i]);
@@ -543,7 +543,8 @@ Test(coro, spawn_and_join_example_returns_the_childs_value)
     struct spawn_join state;
     memset(&state, 0, sizeof state);
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, spawn_join_poll, rt_coro_drop, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, spawn_join_poll, rt_coro_drop, &state, sizeof state, &value),
+                 0);
     cr_assert_eq(value, (void *)(uintptr_t)0xFE7C);
     finish_runtime(rt, 0);
 }
@@ -609,7 +610,7 @@ Test(coro, documented_fetch_example_reads_what_arrives_in_time)
     cr_assert(event_wait_for(&pending, 1), "the fetch never waited for its read");
     cr_assert_eq(write(w, "hello", 5), 5);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq((intptr_t)value, 5, "the fetch got %ld", (long)(intptr_t)value);
     cr_assert_eq(rt_io_close(io), 0);
     close(w);
@@ -623,7 +624,7 @@ Test(coro, documented_fetch_example_times_out_when_nothing_arrives)
     int w = -1;
     rt_task *task = spawn_fetch(rt, RT_MS(20), NULL, &io, &w);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq((intptr_t)value, -ETIMEDOUT, "the fetch got %ld", (long)(intptr_t)value);
     /* The dropped read consumed nothing. */
     cr_assert_eq(write(w, "x", 1), 1);
@@ -644,7 +645,7 @@ Test(coro, documented_fetch_example_aborted_mid_await_is_dropped_by_rt_coro_drop
     rt_task *task = spawn_fetch(rt, RT_SEC(60), &pending, &io, &w);
     cr_assert(event_wait_for(&pending, 1), "the fetch never waited for its read");
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     /* rt_coro_drop dropped the timeout (its timer) and the read: the bytes
      * written now are still there for anyone else, and nothing leaks. */
     cr_assert_eq(write(w, "y", 1), 1);
@@ -700,7 +701,7 @@ Test(coro, awaiting_an_aborted_child_gives_ecanceled_and_a_null_value)
     memset(&state, 0, sizeof state);
     state.report = &report;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, aborts_child_poll, NULL, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, aborts_child_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(report.spawn_rc[0], 0);
     cr_assert_eq(value, (void *)(uintptr_t)1);
     cr_assert_eq(report.status[0], -ECANCELED);
@@ -1025,7 +1026,7 @@ Test(coro, task_aborted_while_awaiting_a_sleep_is_cleaned_up_by_rt_coro_drop)
     cr_assert(r.awaiting_ok, "the pending sleep was not the operation in flight");
 
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&r.dropped, 1));
     cr_assert(r.awaiting_at_drop, "the aborted task's drop found no operation in flight");
     cr_assert(r.awaiting_cleared, "rt_coro_drop left the operation in flight");
@@ -1102,8 +1103,8 @@ Test(coro, task_aborted_while_awaiting_a_receive_leaves_the_message_in_the_chann
     rt_task_abort(task);
     event_signal(&release);
 
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(holder, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(holder, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert(event_wait_for(&r.dropped, 1));
     cr_assert(r.awaiting_at_drop, "the aborted task's drop found no operation in flight");
     cr_assert(r.awaiting_cleared, "rt_coro_drop left the operation in flight");
@@ -1202,9 +1203,9 @@ Test(coro, task_aborted_while_holding_a_lock_guard_releases_the_lock_to_the_next
 
     /* Aborting the holder gives the lock back, to the task waiting for it. */
     rt_task_abort(a);
-    cr_assert_eq(rt_task_wait(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(b, WAIT_DEADLINE_NS, &value), 0,
+    cr_assert_eq(task_wait_status(b, WAIT_DEADLINE_NS, &value), 0,
                  "the task waiting for the lock never got it");
     cr_assert_eq((intptr_t)value, 1, "the second task's lock finished with %ld",
                  (long)(intptr_t)value);

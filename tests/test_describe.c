@@ -389,7 +389,7 @@ Test(describe, an_operation_a_task_waits_in_is_described_from_another_thread)
     expect_fd_words(&info, rt_io_fd(in));
     static int message;
     cr_assert_eq(rt_chan_try_send(ch, &message), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(limit.result, 0);
     info = describe(&limit.future);
     expect_fields(&info, RT_WAIT_NONE, -1, 0, NULL, 0);

@@ -152,7 +152,7 @@ static rt_runtime *runtime_with_held_pool(struct pool_gate *g)
 static void pool_gate_release(struct pool_gate *g)
 {
     event_signal(&g->open);
-    cr_assert_eq(rt_task_wait(g->task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(g->task, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 /* ---- descriptors ------------------------------------------------------------------ */

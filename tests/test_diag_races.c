@@ -79,7 +79,7 @@ Test(diag_races, a_task_aborted_while_a_report_holds_it_is_dropped_before_the_wo
     event_signal(&may_go_on);
     /* The end of the look queues it on that worker, which must not sleep
      * before it has dropped it. */
-    cr_assert_eq(rt_task_wait(task, 5 * SEC, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, 5 * SEC, NULL), -ECANCELED);
     finish_runtime(rt, 0);
 }
 
@@ -269,12 +269,12 @@ Test(diag_races, a_look_that_describes_a_read_whose_descriptor_was_closed_meanwh
         struct napper n = {0};
         rt_task *napping;
         cr_assert_eq(rt_spawn(rt, napper_poll, rt_coro_drop, &n, sizeof n, &napping), 0);
-        cr_assert_eq(rt_task_wait(napping, WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(napping, WAIT_DEADLINE_NS, NULL), 0);
     }
     event_signal(&arm_may_go_on);
     pthread_join(thread, NULL);
     cr_assert_eq(st.found, 1);
     cr_assert(strstr(st.text, "fd -1") != NULL, "%s", st.text);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
 }

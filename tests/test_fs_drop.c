@@ -90,7 +90,7 @@ Test(fs_drop, operations_dropped_while_their_jobs_wait_in_the_queue_never_run)
     cr_assert_null(rf.data);
 
     event_signal(&go);
-    cr_assert_eq(rt_task_wait(held, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(held, WAIT_DEADLINE_NS, NULL), 0);
     pool_barrier(rt); /* anything still queued would have run by now */
 
     struct stat s;
@@ -332,11 +332,11 @@ Test(fs_drop, a_shutdown_with_file_operations_pending_leaks_nothing)
     cr_assert_eq(pthread_join(helper, NULL), 0);
     cr_assert_eq(event_count(&shutdown_drops), n + 1);
     for (size_t i = 0; i < n; i++) {
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
         cr_assert_eq(ops[i]->result, -ECANCELED);
     }
-    cr_assert_eq(rt_task_wait(reading, WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(held, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(reading, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(held, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_null(op.file);
     cr_assert_null(rf.data);
     free(buf);

@@ -488,7 +488,7 @@ Test(future, task_waker_clones_outlive_the_task_and_waking_them_does_not_poll_it
     rt_runtime *rt = new_runtime(2);
     rt_task *task = NULL;
     cr_assert_eq(rt_spawn(rt, clone_then_finish_poll, stash_drop, NULL, 0, &task), 0);
-    cr_assert_eq(rt_task_wait(task, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(task, -1, NULL), 0);
     cr_assert(event_wait_for(&stash.stored, 1));
     cr_assert_eq(atomic_load(&stash.will_wake_ok), 1,
                  "a clone of a task's waker must will_wake like the original");
@@ -506,7 +506,7 @@ Test(future, task_waker_clones_outlive_the_task_and_waking_them_does_not_poll_it
      * chance to be polled before we look. */
     rt_task *probe = NULL;
     cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &probe), 0);
-    cr_assert_eq(rt_task_wait(probe, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(probe, -1, NULL), 0);
 
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&stash.polls), 1, "a finished task was polled again");

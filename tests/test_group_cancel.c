@@ -78,7 +78,7 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
     cr_assert_eq(res.status, 0);
     cr_assert_eq(res.value, (void *)4242);
 
-    /* Cancelled children count as failed for join_all. */
+    /* join_all counts the cancelled children apart from the failed ones. */
     for (int i = 0; i < 3; i++) {
         struct child c = {.kind = CHILD_FOREVER, .index = i};
         spawn_child(g, &c);
@@ -86,9 +86,10 @@ Test(group, cancel_makes_running_children_come_back_ecanceled_each_dropped_once)
     cr_assert(event_wait_for(&child_polled, CANCEL_N + 1 + 3));
     rt_group_cancel(g);
     rt_group_cancel(g); /* twice is fine */
-    size_t failed = 0;
-    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
-    cr_assert_eq(failed, 3, "join_all counted %zu failed, expected the 3 cancelled", failed);
+    size_t failed = 99, cancelled = 0;
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed, &cancelled), 0);
+    cr_assert_eq(cancelled, 3, "join_all counted %zu cancelled, expected 3", cancelled);
+    cr_assert_eq(failed, 0, "join_all counted %zu cancelled children as failed", failed);
     rt_group_free(g);
 
     rt_metrics m;
@@ -106,7 +107,7 @@ struct closer_report {
     int spawn_rc;
     int close_rc;
     int epipe_rc;
-    size_t failed;
+    size_t failed, cancelled;
     int drops_at_close;
     size_t len_at_close;
 };
@@ -136,8 +137,10 @@ static rt_poll closer_poll(void *state, rt_context *cx, void **out)
         RT_RETURN(&s->co, out, 0);
     RT_AWAIT(&s->co, cx, &s->w);
     s->r->close_rc = (int)s->w.result;
-    if (s->w.result == 0)
+    if (s->w.result == 0) {
         s->r->failed = s->w.failed;
+        s->r->cancelled = s->w.cancelled;
+    }
     RT_DROP(&s->w); /* finished: nothing to do */
     s->r->drops_at_close = atomic_load(&child_drops);
     s->r->len_at_close = rt_group_len(s->g);
@@ -171,9 +174,10 @@ Test(group, close_cancels_and_awaits_the_children_then_refuses_spawns_with_epipe
     cr_assert(event_wait_for(&child_polled, 6));
     cr_assert(event_wait_for(&child_dropped, 2));
 
-    size_t failed = 12345;
-    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
-    cr_assert_eq(failed, 4, "close counted %zu failed children, expected the 4 cancelled", failed);
+    size_t failed = 12345, cancelled = 0;
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed, &cancelled), 0);
+    cr_assert_eq(cancelled, 4, "close counted %zu cancelled children, expected 4", cancelled);
+    cr_assert_eq(failed, 0, "close counted %zu failed", failed);
     /* When close is ready, nothing spawned into the group runs any more. */
     cr_assert_eq(atomic_load(&child_drops), 6, "close was ready with children not dropped");
     cr_assert_eq(rt_group_len(g), 0);
@@ -200,16 +204,17 @@ Test(group, close_awaited_from_the_owner_task)
 {
     rt_runtime *rt = new_runtime(2);
     rt_group *g = new_group(rt, false);
-    struct closer_report r = {INT_MIN, INT_MIN, INT_MIN, 12345, -1, 12345};
+    struct closer_report r = {INT_MIN, INT_MIN, INT_MIN, 12345, 12345, -1, 12345};
     struct closer s;
     memset(&s, 0, sizeof s);
     s.g = g;
     s.r = &r;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, closer_poll, closer_drop, &s, sizeof s, &value), 0);
+    cr_assert_eq(block_on_status(rt, closer_poll, closer_drop, &s, sizeof s, &value), 0);
     cr_assert_eq(value, (void *)1, "the owner stopped early (spawn: %d)", r.spawn_rc);
     cr_assert_eq(r.close_rc, 0, "close: %d", r.close_rc);
-    cr_assert_eq(r.failed, 3, "close counted %zu failed", r.failed);
+    cr_assert_eq(r.cancelled, 3, "close counted %zu cancelled", r.cancelled);
+    cr_assert_eq(r.failed, 0, "close counted %zu failed", r.failed);
     cr_assert_eq(r.drops_at_close, 3, "close was ready with %d of 3 children dropped",
                  r.drops_at_close);
     cr_assert_eq(r.len_at_close, 0);
@@ -407,7 +412,7 @@ Test(group, free_from_the_drop_of_an_aborted_owner_cancels_the_children_and_disp
     cr_assert(event_wait_for(&child_dropped, OWNER_BOXES), "the boxed children did not finish");
 
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(atomic_load(&owner_drops), 1);
     cr_assert(event_wait_for(&child_dropped, OWNER_FOREVER + OWNER_BOXES),
               "the children of the freed group were not all dropped");

@@ -163,8 +163,8 @@ Test(group, next_collects_children_in_completion_order_with_their_ids_and_values
     owner.gates = gates;
     owner.r = &r;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, order_owner_poll, order_owner_drop, &owner, sizeof owner, &value),
-                 0);
+    cr_assert_eq(
+        block_on_status(rt, order_owner_poll, order_owner_drop, &owner, sizeof owner, &value), 0);
     cr_assert_eq(value, (void *)1, "the owner failed to init a wait");
     cr_assert_geq(r.owner_worker, 0);
 
@@ -283,9 +283,9 @@ Test(group, next_on_an_empty_group_waits_until_it_is_closed_and_join_all_is_read
     rt_group_result res;
     cr_assert_eq(hand_next(rt, g, 0, &res), -ETIMEDOUT, "an empty open group: the next waits");
     size_t failed;
-    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed, NULL), 0);
     cr_assert_eq(failed, 0);
-    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0, "closing an empty group");
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed, NULL), 0, "closing an empty group");
     cr_assert_eq(hand_next(rt, g, -1, &res), -ECHILD, "an empty closed group");
     cr_assert_eq(hand_next(rt, g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
     rt_group_free(g);
@@ -293,7 +293,7 @@ Test(group, next_on_an_empty_group_waits_until_it_is_closed_and_join_all_is_read
     /* The same from inside a task, with the group on rt_current(). */
     struct in_task_group s = {INT_MIN, INT_MIN, INT_MIN, 99};
     struct in_task_group *sp = &s;
-    cr_assert_eq(rt_block_on(rt, in_task_group_poll, NULL, &sp, sizeof sp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, in_task_group_poll, NULL, &sp, sizeof sp, NULL), 0);
     cr_assert_eq(s.new_rc, 0, "rt_group_new(NULL) in a task: %s", rt_strerror(s.new_rc));
     cr_assert_eq(s.next_rc, INT_MAX, "next in a task on an empty group: %d", s.next_rc);
     cr_assert_eq(s.wait_rc, 0, "join_all in a task: %d", s.wait_rc);
@@ -423,13 +423,13 @@ Test(group, join_all_waits_for_every_child_and_hands_the_results_to_dispose)
      * out, and may be waited on again. */
     size_t failed = 12345;
     int64_t t0 = rt_now_ns();
-    cr_assert_eq(hand_wait(rt, g, false, 30 * MS, &failed), -ETIMEDOUT);
+    cr_assert_eq(hand_wait(rt, g, false, 30 * MS, &failed, NULL), -ETIMEDOUT);
     cr_assert_geq(rt_now_ns() - t0, 30 * MS - 1 * MS, "join_all timed out early");
     cr_assert_geq(rt_group_len(g), 1, "the gated child is still running");
     cr_assert_lt(atomic_load(&child_drops), JOIN_N + 1, "the gated child finished");
 
     gate_open(&gate);
-    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed, NULL), 0);
     cr_assert_eq(failed, 0, "%zu children failed", failed);
     cr_assert_eq(rt_group_len(g), 0);
     cr_assert_eq(atomic_load(&child_drops), JOIN_N + 1,

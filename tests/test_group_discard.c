@@ -58,14 +58,14 @@ Test(group, a_discarding_group_disposes_each_result_as_its_child_finishes)
     cr_assert_eq(atomic_load(&dlog.boxes), DISCARD_N);
     cr_assert_eq(atomic_load(&dlog.bad), 0);
     size_t failed = 99;
-    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed, NULL), 0);
     cr_assert_eq(failed, 0);
     cr_assert_eq(rt_group_len(g), 0);
     rt_group_free(g);
     finish_runtime(rt, 0);
 }
 
-Test(group, a_discarding_group_counts_its_cancelled_children_as_failed)
+Test(group, a_discarding_group_counts_its_cancelled_children)
 {
     rt_runtime *rt = new_runtime(2);
     rt_group *g = new_discarding_group(rt);
@@ -85,10 +85,11 @@ Test(group, a_discarding_group_counts_its_cancelled_children_as_failed)
         gate_open(&gates[i]);
     /* Their results reach dispose (NULL values) with nobody collecting. */
     cr_assert(event_wait_for(&child_dropped, 8));
-    /* The close cancels the five that never finish: those fail. */
-    size_t failed = 0;
-    cr_assert_eq(hand_wait(rt, g, true, -1, &failed), 0);
-    cr_assert_eq(failed, 5, "failed %zu", failed);
+    /* The close cancels the five that never finish. */
+    size_t failed = 99, cancelled = 0;
+    cr_assert_eq(hand_wait(rt, g, true, -1, &failed, &cancelled), 0);
+    cr_assert_eq(cancelled, 5, "cancelled %zu", cancelled);
+    cr_assert_eq(failed, 0, "failed %zu", failed);
     cr_assert_eq(rt_group_len(g), 0);
     cr_assert_eq(atomic_load(&dlog.nulls), 8, "the gated children's NULL results");
     cr_assert_eq(atomic_load(&dlog.boxes), 0);
@@ -96,17 +97,20 @@ Test(group, a_discarding_group_counts_its_cancelled_children_as_failed)
     finish_runtime(rt, 0);
 }
 
-Test(group, next_on_a_discarding_group_is_einval)
+Test(group, next_on_a_discarding_group_is_refused_at_its_init)
 {
     rt_runtime *rt = new_runtime(2);
     rt_group *g = new_discarding_group(rt);
     struct child c = {.kind = CHILD_BOX, .index = 1};
     spawn_child(g, &c);
-    rt_group_result res = {7, (void *)1, 7};
-    cr_assert_eq(hand_next(rt, g, -1, &res), -EINVAL);
-    cr_assert_eq(res.id, 7, "the refused next handed out a child");
+    rt_group_next next;
+    cr_assert_eq(rt_group_next_init(&next, g), -EINVAL);
+    cr_assert_eq(next.result, -EINVAL, "the refused next is not finished with its error");
+    rt_context cx = hand_context();
+    cr_assert_eq(RT_POLL(&next, &cx), RT_READY);
+    cr_assert_eq(next.child.id, 0, "the refused next handed out a child");
     size_t failed;
-    cr_assert_eq(hand_wait(rt, g, false, -1, &failed), 0);
+    cr_assert_eq(hand_wait(rt, g, false, -1, &failed, NULL), 0);
     cr_assert_eq(atomic_load(&dlog.boxes), 1);
     rt_group_free(g);
     finish_runtime(rt, 0);

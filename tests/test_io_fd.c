@@ -68,7 +68,7 @@ Test(io, write_to_a_pipe_whose_reader_is_gone_is_epipe_and_raises_no_sigpipe)
     close(fds[0]);
     struct epipe_writer s = {.io = w};
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, epipe_writer_poll, rt_coro_drop, &s, sizeof s, &value), 0);
+    cr_assert_eq(block_on_status(rt, epipe_writer_poll, rt_coro_drop, &s, sizeof s, &value), 0);
     cr_assert_eq((intptr_t)value, -EPIPE, "write returned %ld", (long)(intptr_t)value);
     cr_assert_eq(rt_io_close(w), 0);
     finish_runtime(rt, 0);
@@ -187,7 +187,7 @@ Test(io, open_with_a_null_runtime_inside_a_task_uses_the_current_runtime)
     memset(&s, 0, sizeof s);
     s.fd = fds[0];
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, opens_inside_poll, NULL, &s, sizeof s, &value), 0);
+    cr_assert_eq(block_on_status(rt, opens_inside_poll, NULL, &s, sizeof s, &value), 0);
     cr_assert_eq((intptr_t)value, 1, "result %ld", (long)(intptr_t)value);
     cr_assert(!fd_is_open(fds[0]));
     close(fds[1]);
@@ -244,10 +244,10 @@ Test(io, close_wakes_a_task_waiting_on_the_descriptor)
     cr_assert_eq(rt_io_close(r), 0);
     pthread_mutex_unlock(&close_mu);
     void *value = NULL;
-    int rc = rt_task_wait(task, 5 * SEC, &value);
+    int rc = task_wait_status(task, 5 * SEC, &value);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         close(fds[1]);
         finish_runtime(rt, -1);
         cr_assert_fail("rt_io_close did not wake the task waiting on it");
@@ -359,7 +359,7 @@ Test(io, runtimes_that_did_io_or_none_leave_no_descriptor_behind)
         open_pipe(rt, &r, &w, fds);
         struct uses_pipe s = {.r = r, .w = w};
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, uses_pipe_poll, rt_coro_drop, &s, sizeof s, &value), 0);
+        cr_assert_eq(block_on_status(rt, uses_pipe_poll, rt_coro_drop, &s, sizeof s, &value), 0);
         cr_assert_eq((intptr_t)value, 2);
         if (round == 0) {
             cr_assert_eq(rt_io_close(r), 0);

@@ -123,7 +123,7 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
             cr_assert_eq(write(fds[i][1], "x", 1), 1);
         bytes += NAP_PIPES;
         void *value = NULL;
-        cr_assert_eq(rt_task_wait(holder, WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(holder, WAIT_DEADLINE_NS, &value), 0);
         rt_metrics after;
         cr_assert_eq(rt_metrics_read(rt, &after, sizeof after), 0);
         cr_assert_null(value,
@@ -146,7 +146,7 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
     for (int i = 0; i < NAP_PIPES; i++) {
         cr_assert_eq(close(fds[i][1]), 0);
         void *value = (void *)1;
-        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(readers[i], WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq((intptr_t)value, 0, "reader %d: %ld", i, (long)(intptr_t)value);
         cr_assert_eq(rt_io_close(ends[i]), 0);
     }
@@ -235,7 +235,7 @@ Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
             timed[ntimed++] = took;
     }
     atomic_store(&stop, true);
-    cr_assert_eq(rt_task_wait(spinner, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(spinner, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(ntimed, SHRINK_TIMED, "only %d rounds of %d napped after the first %d naps",
                  ntimed, SHRINK_ROUNDS_MAX, SHRINK_NAPS);
     qsort(timed, SHRINK_TIMED, sizeof timed[0], compare_i64);
@@ -244,7 +244,7 @@ Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
                  (long long)(median / 1000));
     for (int i = 0; i < NAP_PIPES; i++) {
         cr_assert_eq(close(fds[i][1]), 0);
-        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(readers[i], WAIT_DEADLINE_NS, NULL), 0);
         cr_assert_eq(rt_io_close(ends[i]), 0);
     }
     finish_runtime(rt, 0);
@@ -268,7 +268,7 @@ Test(io, a_reactor_nap_of_zero_turns_naps_off)
     for (int i = 0; i < NAP_PIPES; i++)
         cr_assert_eq(write(fds[i][1], "x", 1), 1);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(holder, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(holder, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_null(value, "the reactor did not collect the burst");
     cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
     cr_assert_eq(m.reactor_naps, 0);

@@ -76,7 +76,7 @@ Test(io, pipe_reader_waiting_on_an_empty_pipe_is_woken_by_a_foreign_thread_write
     cr_assert_eq(f.rc, 5, "write: %s", strerror(f.err));
 
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0, "the reader was never woken");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0, "the reader was never woken");
     cr_assert_eq((intptr_t)value, 5, "read returned %ld", (long)(intptr_t)value);
     cr_assert_eq(memcmp(buf, "hello", 5), 0);
     cr_assert_eq(rt_io_close(r), 0);
@@ -177,20 +177,20 @@ Test(io, pipe_read_end_is_readable_only_once_data_arrives)
     void *value = NULL;
     bool waited = readiness_waits(rt, &rs, &task);
     if (!waited) {
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         cr_assert_eq(rt_io_close(r), 0);
         cr_assert_eq(rt_io_close(w), 0);
         finish_runtime(rt, 0);
         cr_assert_fail("rt_io_readable was RT_READY on an empty pipe with its writer open");
     }
     cr_assert_eq(write(fds[1], "x", 1), 1);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0, "readable never woke");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0, "readable never woke");
     cr_assert_geq((uintptr_t)value, 2, "readable failed or did not wait");
 
     /* A pipe with data is readable at once. */
     rs.co.line = 0;
     rs.polls = 0;
-    cr_assert_eq(rt_block_on(rt, readiness_poll, NULL, &rs, sizeof rs, &value), 0);
+    cr_assert_eq(block_on_status(rt, readiness_poll, NULL, &rs, sizeof rs, &value), 0);
     /* Ready at the first poll, or at the second after one wake (an
      * implementation may wait for the registration's first edge). */
     cr_assert_leq((uintptr_t)value, 2, "readable took %lu polls with a byte waiting",
@@ -211,7 +211,7 @@ Test(io, pipe_write_end_is_writable_when_empty_and_only_again_once_drained)
     /* An empty pipe's write end is writable at once. */
     struct readiness ws = {.io = w, .want_write = true};
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, readiness_poll, NULL, &ws, sizeof ws, &value), 0);
+    cr_assert_eq(block_on_status(rt, readiness_poll, NULL, &ws, sizeof ws, &value), 0);
     cr_assert_leq((uintptr_t)value, 2, "writable took %lu polls on an empty pipe",
                   (unsigned long)(uintptr_t)value);
     cr_assert_geq((uintptr_t)value, 1, "writable failed");
@@ -226,14 +226,14 @@ Test(io, pipe_write_end_is_writable_when_empty_and_only_again_once_drained)
     rt_task *task = NULL;
     bool waited = readiness_waits(rt, &ws, &task);
     if (!waited) {
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         cr_assert_eq(rt_io_close(r), 0);
         cr_assert_eq(rt_io_close(w), 0);
         finish_runtime(rt, 0);
         cr_assert_fail("rt_io_writable was RT_READY on a full pipe");
     }
     cr_assert_gt(drain_nonblocking(fds[0]), 0);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0, "writable never woke");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0, "writable never woke");
     cr_assert_geq((uintptr_t)value, 2, "writable failed or did not wait");
 
     cr_assert_eq(rt_io_close(r), 0);
@@ -294,7 +294,7 @@ Test(io, one_socket_waited_on_for_reading_and_writing_by_two_tasks_wakes_each_di
     /* The peer sends: only the reader can finish. */
     cr_assert_eq(write(sv[1], "R", 1), 1);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(rtask, WAIT_DEADLINE_NS, &value), 0, "the reader was not woken");
+    cr_assert_eq(task_wait_status(rtask, WAIT_DEADLINE_NS, &value), 0, "the reader was not woken");
     cr_assert_eq((intptr_t)value, 1);
     cr_assert(!rt_task_is_finished(wtask), "the writer finished with a full send buffer");
 
@@ -314,7 +314,7 @@ Test(io, one_socket_waited_on_for_reading_and_writing_by_two_tasks_wakes_each_di
             cr_assert_lt((int64_t)ts.tv_sec, give_up, "the peer could not drain the socket");
         }
     }
-    cr_assert_eq(rt_task_wait(wtask, WAIT_DEADLINE_NS, &value), 0, "the writer was not woken");
+    cr_assert_eq(task_wait_status(wtask, WAIT_DEADLINE_NS, &value), 0, "the writer was not woken");
     cr_assert_eq((intptr_t)value, 1);
     cr_assert_eq(rt_io_close(io), 0);
     close(sv[1]);
@@ -381,7 +381,8 @@ Test(io, eventfd_read_waits_for_a_foreign_write_and_round_trips_values)
     cr_assert(event_wait_for(&eventfd_pending, 1), "the eventfd read did not wait");
     uint64_t seven = 7;
     cr_assert_eq(write(efd, &seven, sizeof seven), (ssize_t)sizeof seven);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0, "the eventfd reader never woke");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0,
+                 "the eventfd reader never woke");
     cr_assert_eq(eventfd_result.results[0], 8);
     cr_assert_eq(eventfd_result.first, 7);
     cr_assert_eq(eventfd_result.results[1], 8);
@@ -484,7 +485,8 @@ Test(io, read_returns_0_once_the_write_end_is_closed)
     /* Closed from this (foreign) thread while the reader may be waiting. */
     cr_assert_eq(rt_io_close(w), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0, "the reader never saw the end");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0,
+                 "the reader never saw the end");
     cr_assert_eq((intptr_t)value, 2, "reader result %ld", (long)(intptr_t)value);
     cr_assert_eq(rt_io_close(r), 0);
     finish_runtime(rt, 0);

@@ -88,10 +88,10 @@ static void read_twice(int read_fd, const char *what, struct two_messages_result
     struct two_messages s = {.io = io, .r = r};
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, two_messages_poll, rt_coro_drop, &s, &task), 0);
-    rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+    rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
-        rt_task_wait(task, -1, NULL);
+        task_wait_status(task, -1, NULL);
     }
     cr_assert_eq(rc, 0, "%s: the second read never returned (%s); the first read %zd bytes", what,
                  rt_strerror(rc), r->len[0]);
@@ -302,8 +302,9 @@ Test(io, writer_filling_a_pipe_gets_partial_writes_then_pends_until_a_reader_dra
     cr_assert_eq(RT_SPAWN(rt, checking_reader_poll, NULL, &cr, &reader), 0);
 
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(writer, WAIT_DEADLINE_NS, NULL), 0, "the writer never finished");
-    cr_assert_eq(rt_task_wait(reader, WAIT_DEADLINE_NS, &value), 0, "the reader never finished");
+    cr_assert_eq(task_wait_status(writer, WAIT_DEADLINE_NS, NULL), 0, "the writer never finished");
+    cr_assert_eq(task_wait_status(reader, WAIT_DEADLINE_NS, &value), 0,
+                 "the reader never finished");
     cr_assert_eq((intptr_t)value, (intptr_t)PARTIAL_TOTAL, "reader: %ld", (long)(intptr_t)value);
     cr_assert_eq(partial_result.error, 0, "write error %s", rt_strerror((int)partial_result.error));
     cr_assert_eq(partial_result.off, PARTIAL_TOTAL);
@@ -380,8 +381,8 @@ static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, b
     cr_assert_eq(RT_SPAWN(rt, all_writer_poll, rt_coro_drop, &aw, &writer), 0);
 
     void *wv = NULL, *rv = NULL;
-    cr_assert_eq(rt_task_wait(writer, WAIT_DEADLINE_NS, &wv), 0, "the writer never finished");
-    cr_assert_eq(rt_task_wait(reader, WAIT_DEADLINE_NS, &rv), 0, "the reader never finished");
+    cr_assert_eq(task_wait_status(writer, WAIT_DEADLINE_NS, &wv), 0, "the writer never finished");
+    cr_assert_eq(task_wait_status(reader, WAIT_DEADLINE_NS, &rv), 0, "the reader never finished");
     cr_assert_eq((intptr_t)wv, (intptr_t)BIG_TOTAL, "write_all: %ld (%s)", (long)(intptr_t)wv,
                  rt_strerror((int)(intptr_t)wv));
     cr_assert_eq((intptr_t)rv, (intptr_t)BIG_TOTAL,

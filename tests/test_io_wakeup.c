@@ -232,7 +232,7 @@ static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, lon
         if (h->lost_at >= 0)
             rt_task_abort(h->task);
         void *value = NULL;
-        int rc = rt_task_wait(h->task, WAIT_DEADLINE_NS, &value);
+        int rc = task_wait_status(h->task, WAIT_DEADLINE_NS, &value);
         if (lost_pair < 0) {
             cr_assert_eq(rc, 0);
             cr_assert_eq((intptr_t)value, per_pair, "pair %d: reader result %ld (%s)", p,
@@ -347,10 +347,10 @@ Test(io, tight_loop_of_tiny_foreign_writes_reaches_the_reader_whole)
     pthread_join(thread, NULL);
     cr_assert_eq(t.error, 0, "writer: %s", strerror(t.error));
     void *value = NULL;
-    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, &value);
+    int rc = task_wait_status(task, WAIT_DEADLINE_NS, &value);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         finish_runtime(rt, -1);
         cr_assert_fail("the reader never reached the end of stream: a lost wake-up");
     }
@@ -387,7 +387,7 @@ Test(io, two_hundred_pipes_each_wake_their_own_reader)
     }
     for (int i = 0; i < MANY_PIPES; i++) {
         void *value = NULL;
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, &value), 0, "reader %d", i);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, &value), 0, "reader %d", i);
         cr_assert_eq((intptr_t)value, 1);
         cr_assert_eq(bufs[i][0], (unsigned char)i);
         cr_assert_eq(rt_io_close(readers[i]), 0);
@@ -412,7 +412,7 @@ Test(io, aborting_a_waiting_reader_loses_no_bytes_and_the_next_reader_is_woken)
     cr_assert_eq(RT_SPAWN(rt, one_read_poll, one_read_drop, &first, &t1), 0);
     cr_assert(event_wait_for(&reader_pending, 1));
     rt_task_abort(t1);
-    cr_assert_eq(rt_task_wait(t1, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(t1, WAIT_DEADLINE_NS, NULL), -ECANCELED);
 
     unsigned char second_buf[8] = {0};
     struct one_read second = {.io = r, .len = sizeof second_buf, .buf = second_buf};
@@ -421,7 +421,7 @@ Test(io, aborting_a_waiting_reader_loses_no_bytes_and_the_next_reader_is_woken)
     cr_assert(event_wait_for(&reader_pending, 2));
     cr_assert_eq(write(fds[1], "xyz", 3), 3);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(t2, WAIT_DEADLINE_NS, &value), 0, "the second reader never woke");
+    cr_assert_eq(task_wait_status(t2, WAIT_DEADLINE_NS, &value), 0, "the second reader never woke");
     cr_assert_eq((intptr_t)value, 3, "the second reader got %ld bytes", (long)(intptr_t)value);
     cr_assert_eq(memcmp(second_buf, "xyz", 3), 0);
     cr_assert_eq(first_buf[0], 0, "the aborted reader consumed bytes");

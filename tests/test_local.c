@@ -237,7 +237,7 @@ Test(local, a_local_task_is_polled_only_on_its_worker_whoever_wakes_it)
     s.spawner_worker = &spawner_worker;
     s.spawn_rc = spawn_rc;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, pin_spawner_poll, NULL, &s, sizeof s, &value), 0);
+    cr_assert_eq(block_on_status(rt, pin_spawner_poll, NULL, &s, sizeof s, &value), 0);
 
     pthread_mutex_lock(&mb.mu);
     mb.stop = true;
@@ -323,7 +323,7 @@ Test(local, a_local_task_woken_by_the_reactor_is_polled_only_on_its_worker)
     }
     for (int i = 0; i < PIN_WORKERS * PIN_TASKS; i++) {
         void *v = NULL;
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &v), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, &v), 0);
         cr_assert_eq((intptr_t)v, 0, "local task %d was polled %d times on another worker", i,
                      (int)(intptr_t)v);
     }
@@ -374,7 +374,7 @@ static void *named_spawner_thread(void *arg)
     }
     for (int i = 0; i < PIN_WORKERS; i++)
         if (n->rc[i] == 0)
-            n->wait_rc[i] = rt_task_wait(h[i], WAIT_DEADLINE_NS, &n->values[i]);
+            n->wait_rc[i] = task_wait_status(h[i], WAIT_DEADLINE_NS, &n->values[i]);
     return NULL;
 }
 
@@ -395,7 +395,7 @@ Test(local, a_task_spawned_onto_a_worker_index_from_a_foreign_thread_runs_there)
     cr_assert_eq(pthread_create(&thread, NULL, named_spawner_thread, &n), 0);
     for (int i = 0; i < PIN_WORKERS; i++) {
         void *value = NULL;
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq((intptr_t)value, 26,
                      "task pinned to worker %d: %ld (negative: polls elsewhere)", i,
                      (long)(intptr_t)value);
@@ -458,16 +458,16 @@ Test(local, bad_worker_indices_and_current_outside_a_worker_are_einval)
     /* The defaults, and opts NULL, are plain spawns. */
     opts = options_for(RT_WORKER_ANY, NULL);
     cr_assert_eq(rt_spawn_ex(rt, &opts, trivial_poll, NULL, NULL, 0, &h), 0);
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(rt_spawn_ex(rt, NULL, trivial_poll, NULL, NULL, 0, &h), 0);
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), 0);
 
     /* From a task of another runtime: "current" means a worker of the wrong
      * runtime; an explicit index is fine. */
     rt_runtime *other = new_runtime_budget(1, -1);
     struct cross_runtime c = {other, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
     struct cross_runtime *cp = &c;
-    cr_assert_eq(rt_block_on(rt, cross_runtime_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, cross_runtime_poll, NULL, &cp, sizeof cp, NULL), 0);
     cr_assert_eq(c.rc_current, -EINVAL, "RT_WORKER_CURRENT onto another runtime: %d", c.rc_current);
     cr_assert_eq(c.rc_local, -EINVAL, "rt_spawn_local onto another runtime: %d", c.rc_local);
     cr_assert_eq(c.rc_index, 0, "worker index 0 of another runtime: %d", c.rc_index);
@@ -498,7 +498,7 @@ Test(local, an_idle_worker_does_not_steal_the_local_tasks_of_a_busy_one)
     }
     for (int i = 0; i < NOSTEAL_TASKS; i++) {
         void *value = NULL;
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq((intptr_t)value, NOSTEAL_YIELDS + 1,
                      "local task %d: %ld (negative: polls on worker 1)", i, (long)(intptr_t)value);
     }
@@ -586,7 +586,7 @@ Test(local, local_tasks_aborted_or_cancelled_at_shutdown_are_dropped_once)
     cr_assert(event_wait_for(&local_polled, FOREVER_LOCAL));
     for (int i = 0; i < FOREVER_LOCAL / 2; i++) {
         rt_task_abort(h[i]);
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     }
     cr_assert_eq(atomic_load(&drops), FOREVER_LOCAL / 2);
     for (int i = FOREVER_LOCAL / 2; i < FOREVER_LOCAL; i++)
@@ -594,7 +594,7 @@ Test(local, local_tasks_aborted_or_cancelled_at_shutdown_are_dropped_once)
 
     struct local_spawner s = {&gates[FOREVER_LOCAL], {INT_MIN, INT_MIN}};
     struct local_spawner *sp = &s;
-    cr_assert_eq(rt_block_on(rt, local_spawner_poll, NULL, &sp, sizeof sp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, local_spawner_poll, NULL, &sp, sizeof sp, NULL), 0);
     cr_assert_eq(s.rc[0], 0);
     cr_assert_eq(s.rc[1], 0);
 

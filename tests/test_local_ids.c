@@ -73,7 +73,7 @@ static void *id_thread(void *arg)
         void *value = NULL;
         if (h[i] == NULL)
             continue;
-        if (rt_task_wait(h[i], WAIT_DEADLINE_NS, &value) != 0)
+        if (task_wait_status(h[i], WAIT_DEADLINE_NS, &value) != 0)
             t->errors++;
         else if ((uint64_t)(uintptr_t)value != t->ids[i])
             t->mismatches++;
@@ -140,7 +140,7 @@ Test(local, ids_are_unique_and_never_0_whoever_spawns)
     p.mismatches = &mismatches;
     p.errors = &errors;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, id_parent_poll, NULL, &p, sizeof p, &value), 0);
+    cr_assert_eq(block_on_status(rt, id_parent_poll, NULL, &p, sizeof p, &value), 0);
     cr_assert_eq(value, (void *)1);
     cr_assert_eq(errors, 0);
     cr_assert_eq(mismatches, 0, "%d ids seen inside tasks differ from their handles'", mismatches);
@@ -159,7 +159,7 @@ Test(local, ids_are_unique_and_never_0_whoever_spawns)
         rt_task *h = NULL;
         cr_assert_eq(rt_spawn_blocking(rt, report_id_job, NULL, &h), 0);
         all[n++] = rt_task_id(h);
-        cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), 0);
     }
     cr_assert_eq(n, ID_TOTAL);
     qsort(all, n, sizeof all[0], compare_u64);
@@ -204,7 +204,7 @@ Test(local, current_id_in_poll_and_drop_is_the_handles_id)
                  0);
     uint64_t id = rt_task_id(h);
     cr_assert_neq(id, 0);
-    cr_assert_eq(rt_task_wait(h, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&poll_id_seen), id, "poll saw id %llu, the handle says %llu",
                  (unsigned long long)atomic_load(&poll_id_seen), (unsigned long long)id);
     cr_assert_eq(atomic_load(&id_changed), 0, "the id changed between polls");
@@ -340,7 +340,7 @@ Test(local, names_are_copied_at_spawn_cut_at_the_maximum_and_null_when_absent)
 
     rt_task *all[] = {alpha, cut, whole, unnamed, no_opts, named_local};
     for (int i = 0; i < 6; i++)
-        cr_assert_eq(rt_task_wait(all[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(all[i], WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_null(rt_task_current_name());
     finish_runtime(rt, 0);
 }

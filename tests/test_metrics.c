@@ -99,7 +99,7 @@ Test(metrics, totals_after_shutdown_are_exact)
             rt_spawn(rt, yielding_poll, counting_drop, &yields, sizeof yields, &handles[i]), 0);
     }
     for (int i = 0; i < COMPLETED_TASKS; i++)
-        cr_assert_eq(rt_task_wait(handles[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(handles[i], WAIT_DEADLINE_NS, NULL), 0);
 
     rt_task *aborted[ABORTED_TASKS];
     for (int i = 0; i < ABORTED_TASKS; i++)
@@ -107,7 +107,7 @@ Test(metrics, totals_after_shutdown_are_exact)
     cr_assert(event_wait_for(&polled, ABORTED_TASKS));
     for (int i = 0; i < ABORTED_TASKS; i++) {
         rt_task_abort(aborted[i]);
-        cr_assert_eq(rt_task_wait(aborted[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(aborted[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     }
     /* Every aborted task is dropped before shutdown, so shutdown itself
      * cancels only the pending ones. */
@@ -154,7 +154,7 @@ Test(metrics, spawns_from_a_worker_are_counted_but_do_not_go_through_the_injecto
     for (int i = 0; i < FOREIGN_SPAWNS; i++) {
         rt_task *task = NULL;
         cr_assert_eq(rt_spawn(rt, spawns_locally_poll, NULL, NULL, 0, &task), 0);
-        cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     }
     cr_assert(event_wait_for(&dropped, FOREIGN_SPAWNS * LOCAL_CHILDREN));
     rt_metrics m = shut_down(rt, 0);
@@ -241,7 +241,7 @@ static rt_poll burst_poll(void *state, rt_context *cx, void **out)
 Test(metrics, deque_high_water_sees_a_burst_spawned_in_one_poll)
 {
     rt_runtime *rt = new_runtime(1);
-    cr_assert_eq(rt_block_on(rt, burst_poll, NULL, NULL, 0, NULL), 0);
+    cr_assert_eq(block_on_status(rt, burst_poll, NULL, NULL, 0, NULL), 0);
     cr_assert(event_wait_for(&dropped, BURST));
     shut_down(rt, 0);
     cr_assert_eq(atomic_load(&spawn_failures), 0);
@@ -340,7 +340,7 @@ static void assert_bytes(const unsigned char *buf, size_t from, size_t to, unsig
 Test(metrics, smaller_size_writes_nothing_past_it)
 {
     rt_runtime *rt = new_runtime(3);
-    cr_assert_eq(rt_block_on(rt, yielding_poll, NULL, &(int){1}, sizeof(int), NULL), 0);
+    cr_assert_eq(block_on_status(rt, yielding_poll, NULL, &(int){1}, sizeof(int), NULL), 0);
 
     /* An older caller that only knew `workers` and `spawned`. */
     union {
@@ -378,7 +378,7 @@ Test(metrics, smaller_size_writes_nothing_past_it)
 Test(metrics, bigger_size_zeroes_the_fields_the_library_does_not_know)
 {
     rt_runtime *rt = new_runtime(2);
-    cr_assert_eq(rt_block_on(rt, yielding_poll, NULL, &(int){2}, sizeof(int), NULL), 0);
+    cr_assert_eq(block_on_status(rt, yielding_poll, NULL, &(int){2}, sizeof(int), NULL), 0);
 
     /* A newer caller whose struct has more fields than this library. */
     struct newer_metrics {
@@ -423,7 +423,7 @@ Test(metrics, print_mentions_the_totals_and_one_line_per_worker)
         cr_assert_eq(rt_spawn(rt, yielding_poll, NULL, &yields, sizeof yields, &handles[i]), 0);
     }
     for (int i = 0; i < PRINTED_TASKS; i++)
-        cr_assert_eq(rt_task_wait(handles[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(handles[i], WAIT_DEADLINE_NS, NULL), 0);
     rt_metrics m = shut_down(rt, 0);
     cr_assert_eq(m.spawned, PRINTED_TASKS);
 

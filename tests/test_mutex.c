@@ -145,7 +145,7 @@ Test(sync, mutex_tasks_queued_one_after_another_lock_in_fifo_order)
     cr_assert(event_wait_for(&mfifo_acquired, FIFO_TASKS), "only %lu of %d tasks got the lock",
               event_count(&mfifo_acquired), FIFO_TASKS);
     for (int i = 0; i < FIFO_TASKS; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&rank_next), FIFO_TASKS);
     for (int k = 0; k < FIFO_TASKS; k++)
         cr_assert_eq(rank_order[k], k, "turn %d went to waiter %d", k, rank_order[k]);
@@ -252,7 +252,7 @@ Test(sync, mutex_excludes_64_tasks_and_foreign_threads)
     for (int i = 0; i < EXCL_THREADS; i++)
         cr_assert_eq(pthread_create(&threads[i], NULL, excl_thread_main, NULL), 0);
     for (int i = 0; i < EXCL_TASKS; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0, "task %d", i);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0, "task %d", i);
     for (int i = 0; i < EXCL_THREADS; i++)
         pthread_join(threads[i], NULL);
     cr_assert_eq(atomic_load(&excl_errors), 0, "%ld lock calls failed", atomic_load(&excl_errors));
@@ -354,12 +354,12 @@ Test(sync, mutex_aborted_waiting_tasks_leave_the_lock_usable)
     rt_task_abort(tasks[0]);
     rt_task_abort(tasks[2]);
     rt_task_abort(tasks[4]);
-    cr_assert_eq(rt_task_wait(tasks[0], WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(tasks[2], WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(tasks[4], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(tasks[0], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(tasks[2], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(tasks[4], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     rt_mutex_unlock(&m);
-    cr_assert_eq(rt_task_wait(tasks[1], WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_eq(rt_task_wait(tasks[3], WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(tasks[1], WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(tasks[3], WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&rank_next), 2);
     cr_assert_eq(rank_order[0], 1);
     cr_assert_eq(rank_order[1], 3);
@@ -386,7 +386,7 @@ Test(sync, mutex_abort_racing_an_unlock_never_loses_the_lock)
         cr_assert(event_wait_for(&race_queued, (unsigned long)r + 1), "round %d: never queued", r);
         rt_mutex_unlock(&m); /* handed to the task */
         rt_task_abort(task);
-        int rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        int rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         cr_assert(rc == 0 || rc == -ECANCELED, "round %d: %s", r, rt_strerror(rc));
         if (rc == 0)
             completed++;
@@ -503,7 +503,7 @@ Test(sync, mutex_lock_blocking_waits_for_a_task_to_unlock)
     cr_assert_eq(event_count(&b.done), 0, "the thread locked a mutex a task holds");
     rt_notify_one(&n);
     void *hv = (void *)(intptr_t)-5;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &hv), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &hv), 0);
     cr_assert_eq((intptr_t)hv, 0, "the holder failed to lock or wait: %d", (int)(intptr_t)hv);
     cr_assert(event_wait_for(&b.done, 1), "the blocked thread was never handed the lock");
     pthread_join(thread, NULL);
@@ -570,7 +570,7 @@ Test(sync, mutex_acquisitions_spend_the_cooperative_budget)
     struct budget_locker b = {0};
     b.m = &m;
     void *v = (void *)(intptr_t)-5;
-    cr_assert_eq(rt_block_on(rt, budget_locker_poll, budget_locker_drop, &b, sizeof b, &v), 0);
+    cr_assert_eq(block_on_status(rt, budget_locker_poll, budget_locker_drop, &b, sizeof b, &v), 0);
     cr_assert_eq((intptr_t)v, 0, "the other task ran with the budget off (the test is blind)");
     finish_runtime(rt, 0);
     /* Budget 128: the locker is suspended after 128 acquisitions in a poll. */
@@ -579,7 +579,7 @@ Test(sync, mutex_acquisitions_spend_the_cooperative_budget)
     memset(&b, 0, sizeof b);
     b.m = &m;
     v = (void *)(intptr_t)-5;
-    cr_assert_eq(rt_block_on(rt, budget_locker_poll, budget_locker_drop, &b, sizeof b, &v), 0);
+    cr_assert_eq(block_on_status(rt, budget_locker_poll, budget_locker_drop, &b, sizeof b, &v), 0);
     cr_assert_eq((intptr_t)v, 1, "1000 ready acquisitions never let the other task run");
     finish_runtime(rt, 0);
     cr_assert_eq(rt_mutex_try_lock(&m), 0);

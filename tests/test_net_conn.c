@@ -200,7 +200,7 @@ Test(net, connect_to_a_closed_port_is_econnrefused_and_leaves_no_descriptor)
         c.addr_len = len;
         c.timeout = i == 0 ? 0 : 5 * SEC; /* without and with a timeout around it */
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, connector_poll, connector_drop, &c, sizeof c, &value), 0);
+        cr_assert_eq(block_on_status(rt, connector_poll, connector_drop, &c, sizeof c, &value), 0);
         cr_assert_eq((intptr_t)value, -ECONNREFUSED, "connect gave %s",
                      rt_strerror((int)(intptr_t)value));
         cr_assert_null(connector_result.conn, "a failed connect handed out a connection");
@@ -264,10 +264,10 @@ static void connect_with_timeout_to_full_listener(int64_t timeout)
     rt_task *task = NULL;
     cr_assert_eq(RT_SPAWN(rt, connector_poll, connector_drop, &c, &task), 0);
     void *value = NULL;
-    int rc = rt_task_wait(task, 10 * SEC, &value);
+    int rc = task_wait_status(task, 10 * SEC, &value);
     if (rc == -ETIMEDOUT) {
         rt_task_abort(task);
-        (void)rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         full_listener_close(&f);
         finish_runtime(rt, -1);
         cr_assert_fail("a connect with a %lld ns timeout was still pending after 10 s",
@@ -321,7 +321,7 @@ Test(net, aborting_a_pending_connect_closes_its_half_open_socket)
     cr_assert_eq(RT_SPAWN(rt, connector_poll, connector_drop, &c, &task), 0);
     bool pending = event_wait_for_s(&connector_pending, 1, 10);
     rt_task_abort(task);
-    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+    int rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
     if (pending)
         cr_assert(rc == -ECANCELED || rc == 0, "wait: %s", rt_strerror(rc));
     cr_assert_eq(atomic_load(&connector_drops), 1);
@@ -416,7 +416,7 @@ Test(net, writing_to_a_closed_peer_eventually_gives_epipe_and_never_sigpipe)
     cr_assert_not_null(s);
     s->io = conn;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, pipe_breaker_poll, rt_coro_drop, s, sizeof *s, &value), 0);
+    cr_assert_eq(block_on_status(rt, pipe_breaker_poll, rt_coro_drop, s, sizeof *s, &value), 0);
     free(s);
     cr_assert_eq((intptr_t)value, -EPIPE, "writes ended with %ld (%s)", (long)(intptr_t)value,
                  (intptr_t)value < 0 ? rt_strerror((int)(intptr_t)value) : "no error at all");
@@ -551,7 +551,7 @@ Test(net, aborting_a_waiting_accept_loses_no_connection)
     cr_assert_eq(RT_SPAWN(rt, announcing_accept_poll, rt_coro_drop, &s, &task), 0);
     cr_assert(event_wait_for(&acceptor_pending, 1));
     rt_task_abort(task);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     int client = raw_connect(&addr, len);
     struct accept_out o = accept_one(rt, l);
     cr_assert_eq(o.err, 0, "accept after an aborted accept: %s", rt_strerror(o.err));

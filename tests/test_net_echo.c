@@ -347,8 +347,8 @@ static void run_echo(int family)
     free(s);
     free(c);
     void *cv = NULL, *sv = NULL;
-    cr_assert_eq(rt_task_wait(client, WAIT_DEADLINE_NS, &cv), 0, "the client never finished");
-    cr_assert_eq(rt_task_wait(server, WAIT_DEADLINE_NS, &sv), 0, "the server never finished");
+    cr_assert_eq(task_wait_status(client, WAIT_DEADLINE_NS, &cv), 0, "the client never finished");
+    cr_assert_eq(task_wait_status(server, WAIT_DEADLINE_NS, &sv), 0, "the server never finished");
     cr_assert_eq((intptr_t)cv, 0, "client: %s", rt_strerror((int)(intptr_t)cv));
     cr_assert_eq((intptr_t)sv, ECHO_ROUNDS * ECHO_LEN, "server: %ld", (long)(intptr_t)sv);
     cr_assert(same_endpoint(&server_result.peer, &client_result.local),
@@ -461,7 +461,7 @@ static intptr_t udp_send(rt_runtime *rt, rt_io *io, const struct sockaddr_storag
     s.len = strlen(msg);
     memcpy(s.buf, msg, s.len);
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, udp_sender_poll, rt_coro_drop, &s, sizeof s, &value), 0);
+    cr_assert_eq(block_on_status(rt, udp_sender_poll, rt_coro_drop, &s, sizeof s, &value), 0);
     return (intptr_t)value;
 }
 

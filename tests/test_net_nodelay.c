@@ -122,7 +122,7 @@ Test(net_nodelay, rt_tcp_connect_turns_tcp_nodelay_on)
     memset(&d, 0, sizeof d);
     rt_io *l = listen_loopback(rt, AF_INET, 8, &d.addr, &d.len);
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, dial_poll, rt_coro_drop, &d, sizeof d, &value), 0);
+    cr_assert_eq(block_on_status(rt, dial_poll, rt_coro_drop, &d, sizeof d, &value), 0);
     cr_assert_eq((intptr_t)value, 1, "the connection's TCP_NODELAY: %ld", (long)(intptr_t)value);
     struct accept_out o = accept_one(rt, l); /* the server's end of it */
     cr_assert_eq(o.err, 0);

@@ -352,7 +352,7 @@ Test(net, ten_thousand_concurrent_connections_echo_through_one_runtime)
     cr_assert_geq(open_now, before + 2 * many_target,
                   "only %d descriptors open with every connection established", open_now - before);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(acceptor, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(acceptor, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_eq((intptr_t)value, 0);
     cr_assert_eq(rt_io_close(l), 0);
     finish_runtime(rt, 0);

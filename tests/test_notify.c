@@ -352,8 +352,8 @@ Test(sync, notify_one_ping_pong_between_two_tasks_loses_nothing)
     cr_assert_eq(RT_SPAWN(rt, pinger_poll, pinger_drop, &a, &ta), 0);
     cr_assert_eq(RT_SPAWN(rt, pinger_poll, pinger_drop, &b, &tb), 0);
     void *va = NULL, *vb = NULL;
-    cr_assert_eq(rt_task_wait(ta, WAIT_DEADLINE_NS, &va), 0, "a notification was lost");
-    cr_assert_eq(rt_task_wait(tb, WAIT_DEADLINE_NS, &vb), 0, "a notification was lost");
+    cr_assert_eq(task_wait_status(ta, WAIT_DEADLINE_NS, &va), 0, "a notification was lost");
+    cr_assert_eq(task_wait_status(tb, WAIT_DEADLINE_NS, &vb), 0, "a notification was lost");
     cr_assert_eq((intptr_t)va, PING_ROUNDS);
     cr_assert_eq((intptr_t)vb, PING_ROUNDS);
     /* Every notification was consumed by exactly one wait. */
@@ -433,7 +433,7 @@ Test(sync, notify_all_condition_pattern_never_misses_a_wakeup)
                   event_count(&cond_seen), s * COND_WAITERS);
     }
     for (int i = 0; i < COND_WAITERS; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
     rt_notify_destroy(&n);
 }
@@ -461,7 +461,7 @@ Test(sync, notify_aborted_waiting_tasks_leave_no_waiter_behind)
     for (int i = 0; i < N; i++)
         rt_task_abort(tasks[i]);
     for (int i = 0; i < N; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&nabort_dropped), N);
     /* Nobody waits any more: notify_one is stored for the next wait. */
     rt_notify_one(&n);
@@ -498,7 +498,7 @@ Test(sync, notify_abort_racing_notify_one_never_loses_or_duplicates_it)
         cr_assert(event_wait_for(&nrace_queued, (unsigned long)2 * r + 2));
         rt_notify_one(&n);
         rt_task_abort(a);
-        int rca = rt_task_wait(a, WAIT_DEADLINE_NS, NULL);
+        int rca = task_wait_status(a, WAIT_DEADLINE_NS, NULL);
         cr_assert(rca == 0 || rca == -ECANCELED, "round %d: %s", r, rt_strerror(rca));
         if (rca == 0) {
             /* a collected it: b still waits for its own. */
@@ -508,7 +508,7 @@ Test(sync, notify_abort_racing_notify_one_never_loses_or_duplicates_it)
         } else {
             passed_on++;
         }
-        int rcb = rt_task_wait(b, 5 * SEC, NULL);
+        int rcb = task_wait_status(b, 5 * SEC, NULL);
         cr_assert_eq(rcb, 0, "round %d (%s): the second waiter never got the notification (%s)", r,
                      rca == 0 ? "first completed" : "first aborted", rt_strerror(rcb));
         rt_context cx = noop_context();

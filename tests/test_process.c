@@ -84,7 +84,7 @@ static rt_task *start(rt_runtime *rt, const char *const *argv, int in, int outm,
 static intptr_t finish(rt_task *t)
 {
     void *v = NULL;
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, &v), 0);
     return (intptr_t)v;
 }
 
@@ -167,7 +167,7 @@ Test(process, cat_through_pipes_gives_back_its_input)
     cr_assert_null(rt_process_stdio(c.child, 2), "stderr is inherited");
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, cat_check_poll, cat_check_drop, &c, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(count_fds(), fds);
     finish_runtime(rt, 0);
 }
@@ -296,7 +296,7 @@ Test(process, no_zombie_when_the_waiting_task_is_aborted_or_shut_down)
      * the runner's copy. The task is aborted while it waits; its drop
      * kills and reaps the child. */
     rt_task_abort(t);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(count_fds(), fds);
 
     rt_process_options o;

@@ -89,7 +89,7 @@ static intptr_t wait_child(rt_runtime *rt, rt_process *p)
 {
     struct waiter w = {.p = p};
     void *v = NULL;
-    cr_assert_eq(rt_block_on(rt, waiter_poll, rt_coro_drop, &w, sizeof w, &v), 0);
+    cr_assert_eq(block_on_status(rt, waiter_poll, rt_coro_drop, &w, sizeof w, &v), 0);
     return (intptr_t)v;
 }
 
@@ -147,8 +147,8 @@ Test(process_pipes, a_megabyte_through_cat_and_back_with_rt_io_copy)
     int wstatus;
     cr_assert_eq(waitpid(writer, &wstatus, 0), writer);
     cr_assert(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
-    cr_assert_eq(rt_task_wait(f, WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_eq(rt_task_wait(d, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(f, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(d, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(total, 16 * sizeof block);
     cr_assert_eq(feed, (int64_t)(16 * sizeof block), "the feed's result: %lld", (long long)feed);
     cr_assert_eq(drain, (int64_t)(16 * sizeof block), "the drain's result: %lld", (long long)drain);
@@ -180,7 +180,7 @@ Test(process_pipes, a_reader_gone_downstream_ends_the_child_with_sigpipe_at_once
     cr_assert_eq(read(rfd, line, 2), 2);
     cr_assert_eq(memcmp(line, "1\n", 2), 0);
     close(rfd); /* `head -n1` is done */
-    cr_assert_eq(rt_task_wait(d, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(d, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(result, -EPIPE, "the copy ended with %lld", (long long)result);
     cr_assert(write_failed, "the copy does not say that writing failed");
     cr_assert_eq(wait_child(rt, seq), 1000 + SIGPIPE, "the child did not die of SIGPIPE");

@@ -229,7 +229,7 @@ Test(resolve, a_lookup_dropped_while_queued_never_runs_and_gives_everything_back
     cr_assert_eq(counting_outstanding(&hd.w), 0, "the job's joiner kept a waker");
     RT_DROP(&op); /* again: nothing */
     event_signal(&open_gate);
-    cr_assert_eq(rt_task_wait(gate, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(gate, WAIT_DEADLINE_NS, NULL), 0);
     /* A job queued now runs after the dropped one would have. */
     static struct event marker = EVENT_INIT;
     cr_assert_eq(rt_spawn_blocking(rt, marker_job, &marker, NULL), 0);
@@ -242,7 +242,7 @@ Test(resolve, a_lookup_dropped_while_queued_never_runs_and_gives_everything_back
     rt_task *t = start_op(rt, &again.future, NULL);
     bool held = held_wait(&h);
     held_release(&h);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     rt_resolve_addrs_free(again.addrs); /* whatever the name server said */
     cr_assert_eq(metrics_of(rt).blocking_jobs, 4);
     finish_runtime(rt, 0);
@@ -266,7 +266,7 @@ Test(resolve, a_lookup_dropped_after_its_job_finished_frees_what_it_found)
     cr_assert_eq(rt_resolve_init(&op, rt, "localhost", "http", AF_UNSPEC, 0), 0);
     cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
     event_signal(&open_gate);
-    cr_assert_eq(rt_task_wait(gate, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(gate, WAIT_DEADLINE_NS, NULL), 0);
     /* The job found the addresses and let go of the record; the drop, last
      * out, frees them (the leak check after the test says so). */
     cr_assert(event_wait_for(&woken, 1));
@@ -291,13 +291,13 @@ Test(resolve, a_task_aborted_while_its_lookup_is_queued_leaks_nothing)
     rt_task *b = start_op(rt, &conn.future, NULL);
     rt_task_abort(a);
     rt_task_abort(b);
-    cr_assert_eq(rt_task_wait(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(b, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(b, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(conn.result, -ECANCELED);
     cr_assert_null(conn.conn);
     event_signal(&open_gate);
-    cr_assert_eq(rt_task_wait(gate, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(gate, WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
 }
 
@@ -353,7 +353,7 @@ Test(resolve, a_lookup_aborted_while_getaddrinfo_runs_is_over_at_once)
     cr_assert_eq(rt_resolve_init(&op, rt, "asyncrt-held", "80", AF_UNSPEC, 0), 0);
     rt_task *t = start_op(rt, &op.future, NULL);
     if (!held_wait(&h)) {
-        cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
         held_release(&h);
         finish_runtime(rt, 0);
         held_cleanup(&h);
@@ -361,7 +361,7 @@ Test(resolve, a_lookup_aborted_while_getaddrinfo_runs_is_over_at_once)
     }
     /* The job is inside getaddrinfo, and stays there until the release. */
     rt_task_abort(t);
-    cr_assert_eq(rt_task_wait(t, 5 * SEC, NULL), -ECANCELED,
+    cr_assert_eq(task_wait_status(t, 5 * SEC, NULL), -ECANCELED,
                  "the aborted lookup waited for getaddrinfo");
     cr_assert_eq(op.result, -ECANCELED);
     cr_assert_null(op.addrs);

@@ -193,7 +193,7 @@ Test(runtime, explicit_worker_counts_are_honoured_even_above_the_cpu_count)
         cr_assert_eq(rt_runtime_workers(rt), counts[i]);
         void *payload = (void *)(uintptr_t)(i + 1);
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+        cr_assert_eq(block_on_status(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
         cr_assert_eq(value, payload);
         finish_runtime(rt, 0);
     }
@@ -211,7 +211,7 @@ Test(runtime, unusual_but_valid_configurations_run_tasks)
     for (int i = 0; i < 100; i++) {
         void *payload = (void *)(uintptr_t)(i + 1);
         void *value = NULL;
-        cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+        cr_assert_eq(block_on_status(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
         cr_assert_eq(value, payload);
     }
     finish_runtime(rt, 0);
@@ -222,7 +222,7 @@ Test(runtime, runtime_free_leaves_no_worker_thread_behind)
     int before = thread_count();
     rt_runtime *rt = new_runtime(4);
     cr_assert_geq(thread_count(), before + 4, "the four workers are not running");
-    cr_assert_eq(rt_block_on(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
+    cr_assert_eq(block_on_status(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(thread_count(), before, "threads outlived rt_runtime_free");
 }
@@ -264,9 +264,9 @@ Test(runtime, current_is_null_outside_a_task_and_the_own_runtime_inside_one)
     rt_runtime *b = new_runtime(1);
     cr_assert_null(rt_current(), "the creating thread is not a worker");
     void *seen = NULL;
-    cr_assert_eq(rt_block_on(a, current_poll, NULL, NULL, 0, &seen), 0);
+    cr_assert_eq(block_on_status(a, current_poll, NULL, NULL, 0, &seen), 0);
     cr_assert_eq(seen, (void *)a);
-    cr_assert_eq(rt_block_on(b, current_poll, NULL, NULL, 0, &seen), 0);
+    cr_assert_eq(block_on_status(b, current_poll, NULL, NULL, 0, &seen), 0);
     cr_assert_eq(seen, (void *)b);
     cr_assert_null(rt_current());
     finish_runtime(a, 0);
@@ -278,9 +278,10 @@ Test(runtime, block_on_returns_the_result_and_accepts_a_null_value_pointer)
     rt_runtime *rt = new_runtime(2);
     void *payload = (void *)(uintptr_t)0xB10C;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, &value), 0);
+    cr_assert_eq(block_on_status(rt, value_poll, counting_drop, &payload, sizeof payload, &value),
+                 0);
     cr_assert_eq(value, payload);
-    cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, NULL), 0);
+    cr_assert_eq(block_on_status(rt, value_poll, counting_drop, &payload, sizeof payload, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&polls), 2);
     cr_assert_eq(atomic_load(&drops), 2);
@@ -290,9 +291,9 @@ Test(runtime, block_on_rejects_invalid_arguments)
 {
     rt_runtime *rt = new_runtime(1);
     int word = 0;
-    cr_assert_eq(rt_block_on(NULL, trivial_poll, NULL, NULL, 0, NULL), -EINVAL);
-    cr_assert_eq(rt_block_on(rt, NULL, NULL, &word, sizeof word, NULL), -EINVAL);
-    cr_assert_eq(rt_block_on(rt, trivial_poll, counting_drop, NULL, 4, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(NULL, trivial_poll, NULL, NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(rt, NULL, NULL, &word, sizeof word, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(rt, trivial_poll, counting_drop, NULL, 4, NULL), -EINVAL);
     cr_assert_eq(atomic_load(&drops), 0);
     finish_runtime(rt, 0);
 }
@@ -312,7 +313,8 @@ static void *blocking_thread_main(void *arg)
     for (int i = 0; i < BLOCK_ONS_PER_THREAD; i++) {
         void *payload = (void *)(uintptr_t)(t->index * 100000 + i + 1);
         void *value = NULL;
-        int rc = rt_block_on(t->rt, value_poll, counting_drop, &payload, sizeof payload, &value);
+        int rc =
+            block_on_status(t->rt, value_poll, counting_drop, &payload, sizeof payload, &value);
         if (rc != 0 || value != payload)
             t->failures++;
     }
@@ -345,7 +347,7 @@ struct blocked_caller {
 static void *blocked_caller_main(void *arg)
 {
     struct blocked_caller *c = arg;
-    c->rc = rt_block_on(c->rt, never_poll, counting_drop, NULL, 0, &c->value);
+    c->rc = block_on_status(c->rt, never_poll, counting_drop, NULL, 0, &c->value);
     return NULL;
 }
 
@@ -396,15 +398,15 @@ Test(runtime, shutdown_or_free_from_inside_one_of_its_tasks_is_edeadlk)
     rt_runtime *rt = new_runtime(2);
     struct calls_from_worker calls = {rt, 12345, 12345};
     struct calls_from_worker *cp = &calls;
-    cr_assert_eq(rt_block_on(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
     cr_assert_eq(calls.shutdown_rc, -EDEADLK, "%s", rt_strerror(calls.shutdown_rc));
-    cr_assert_eq(rt_block_on(rt, frees_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, frees_poll, NULL, &cp, sizeof cp, NULL), 0);
     cr_assert_eq(calls.free_rc, -EDEADLK, "%s", rt_strerror(calls.free_rc));
 
     /* Neither call did anything: the runtime still runs tasks. */
     void *payload = (void *)(uintptr_t)9;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
+    cr_assert_eq(block_on_status(rt, value_poll, NULL, &payload, sizeof payload, &value), 0);
     cr_assert_eq(value, payload);
     finish_runtime(rt, 0);
 }
@@ -417,7 +419,7 @@ Test(runtime, shutdown_of_another_runtime_from_a_task_is_allowed)
     cr_assert(event_wait_for(&polled, 1));
     struct calls_from_worker calls = {other, 12345, 12345};
     struct calls_from_worker *cp = &calls;
-    cr_assert_eq(rt_block_on(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, shuts_down_poll, NULL, &cp, sizeof cp, NULL), 0);
     cr_assert_eq(calls.shutdown_rc, 1, "shutting down another runtime: %d", calls.shutdown_rc);
     cr_assert_eq(atomic_load(&drops), 1);
     finish_runtime(other, 0);
@@ -454,7 +456,8 @@ Test(runtime, shutdown_returns_the_number_of_unfinished_tasks_and_drops_each_onc
             0);
     for (int i = 0; i < 10; i++) {
         void *payload = (void *)(uintptr_t)(i + 1);
-        cr_assert_eq(rt_block_on(rt, value_poll, counting_drop, &payload, sizeof payload, NULL), 0);
+        cr_assert_eq(block_on_status(rt, value_poll, counting_drop, &payload, sizeof payload, NULL),
+                     0);
     }
     cr_assert(event_wait_for(&polled, 10));
 
@@ -462,7 +465,7 @@ Test(runtime, shutdown_returns_the_number_of_unfinished_tasks_and_drops_each_onc
     cr_assert_eq(atomic_load(&drops), 20, "10 completed and 10 cancelled drops");
     cr_assert_eq(rt_runtime_shutdown(rt), 0, "a second shutdown has nothing left to cancel");
     for (int i = 0; i < 6; i++)
-        cr_assert_eq(rt_task_wait(handles[i], -1, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(handles[i], -1, NULL), -ECANCELED);
 
     /* Waking the cancelled tasks through the wakers they stored is inert. */
     for (int i = 0; i < parked_count; i++)
@@ -518,7 +521,7 @@ Test(runtime, idle_workers_use_almost_no_cpu)
     rt_runtime *rt = new_runtime(4);
     /* Give them something to do first, so they park from a working state. */
     for (int i = 0; i < 50; i++)
-        cr_assert_eq(rt_block_on(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
+        cr_assert_eq(block_on_status(rt, trivial_poll, NULL, NULL, 0, NULL), 0);
     cr_assert(wait_all_workers_parked(rt), "the workers never all parked");
 
     int64_t cpu_before = process_cpu_ns();
@@ -540,7 +543,7 @@ Test(runtime, one_new_task_wakes_at_most_two_parked_workers)
 
         rt_task *task = NULL;
         cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &task), 0);
-        cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
 
         /* Let every woken worker record its wake-up and go back to sleep. */
         cr_assert(wait_all_workers_parked(rt), "round %d: the workers never parked again", round);
@@ -569,7 +572,7 @@ static void reentrant_drop(void *state)
     atomic_store(&reentrant_free_rc, rt_runtime_free(reentrant_rt));
     /* The other task may not have been cancelled yet: waiting for it here
      * would wait for this very shutdown. */
-    atomic_store(&reentrant_wait_rc, rt_task_wait(reentrant_other, 0, NULL));
+    atomic_store(&reentrant_wait_rc, task_wait_status(reentrant_other, 0, NULL));
 }
 
 Test(runtime, drops_run_by_shutdown_cannot_deadlock_it)
@@ -586,7 +589,7 @@ Test(runtime, drops_run_by_shutdown_cannot_deadlock_it)
     cr_assert_eq(atomic_load(&reentrant_free_rc), -EDEADLK);
     cr_assert_eq(atomic_load(&reentrant_wait_rc), -EDEADLK);
     /* The runtime is intact: the handle can still be waited on and freed. */
-    cr_assert_eq(rt_task_wait(reentrant_other, -1, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(reentrant_other, -1, NULL), -ECANCELED);
     finish_runtime(rt, 0);
 }
 
@@ -605,7 +608,7 @@ Test(runtime, spin_rounds_must_be_positive_and_huge_timeouts_mean_no_limit)
     cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &t), 0);
     /* INT64_MAX nanoseconds from now overflows the clock: it must be read as
      * "no limit", not as a deadline in the past. */
-    cr_assert_eq(rt_task_wait(t, INT64_MAX, NULL), 0);
+    cr_assert_eq(task_wait_status(t, INT64_MAX, NULL), 0);
     finish_runtime(rt, 0);
 }
 
@@ -686,7 +689,7 @@ Test(runtime, a_child_forked_while_workers_allocate_runs_its_own_runtime)
     }
     atomic_store(&churn_stop, true);
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(rt_task_wait(churners[i], -1, NULL), 0);
+        cr_assert_eq(task_wait_status(churners[i], -1, NULL), 0);
     /* Tasks the churners spawned last may not have run yet: shutdown
      * cancels them, so their count is not checked (the property here is
      * the children's). */

@@ -213,7 +213,7 @@ Test(scheduler, a_task_woken_from_eight_threads_is_never_polled_concurrently_or_
     for (int i = 0; i < STORM_THREADS; i++)
         cr_assert_eq(pthread_create(&threads[i], NULL, storm_thread, &storm_wakers[i]), 0);
     void *value = NULL;
-    int rc = rt_task_wait(target, STRESS_WAIT_NS, &value);
+    int rc = task_wait_status(target, STRESS_WAIT_NS, &value);
     if (rc != 0)
         atomic_store(&storm_finished, true); /* stop the threads before failing */
     for (int i = 0; i < STORM_THREADS; i++)
@@ -225,7 +225,7 @@ Test(scheduler, a_task_woken_from_eight_threads_is_never_polled_concurrently_or_
     for (int i = 0; i < 8; i++) {
         rt_task *probe = NULL;
         cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &probe), 0);
-        cr_assert_eq(rt_task_wait(probe, STRESS_WAIT_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(probe, STRESS_WAIT_NS, NULL), 0);
     }
 
     finish_runtime(rt, 0);
@@ -304,11 +304,11 @@ Test(scheduler, no_wake_up_is_lost_while_workers_park_and_unpark)
     for (int round = 0; round < CHURN_ROUNDS; round++) {
         rt_task *t;
         cr_assert_eq(rt_spawn(rt, trivial_poll, NULL, NULL, 0, &t), 0);
-        int rc = rt_task_wait(t, STRESS_WAIT_NS, NULL);
+        int rc = task_wait_status(t, STRESS_WAIT_NS, NULL);
         cr_assert_eq(rc, 0, "round %d: a spawned task never ran (%s)", round, rt_strerror(rc));
     }
     for (unsigned i = 0; i < 2; i++) {
-        int rc = rt_task_wait(players[i], STRESS_WAIT_NS, NULL);
+        int rc = task_wait_status(players[i], STRESS_WAIT_NS, NULL);
         cr_assert_eq(rc, 0, "player %u never finished: a baton wake was lost (%s)", i,
                      rt_strerror(rc));
     }
@@ -427,7 +427,7 @@ Test(scheduler, tasks_woken_by_workers_threads_and_aborts_at_once_are_polled_one
     int completed = 0, cancelled = 0;
     for (uint32_t i = 0; i < MESH_TASKS; i++) {
         void *value = NULL;
-        int rc = rt_task_wait(handles[i], STRESS_WAIT_NS, &value);
+        int rc = task_wait_status(handles[i], STRESS_WAIT_NS, &value);
         if (rc == 0) {
             cr_assert_eq((uintptr_t)value, MESH_TARGET, "task %u finished after %lu polls", i,
                          (unsigned long)(uintptr_t)value);

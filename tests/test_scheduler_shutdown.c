@@ -106,14 +106,14 @@ Test(scheduler, shutdown_with_a_hundred_thousand_pending_tasks_drops_each_exactl
     /* Half the handles are waited on before the runtime is freed, half
      * after: both report the cancellation. */
     for (int i = 0; i < KEPT_HANDLES / 2; i++)
-        cr_assert_eq(rt_task_wait(handles[i], -1, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(handles[i], -1, NULL), -ECANCELED);
     rt_metrics m;
     finish_runtime_metrics(rt, 0, &m);
     cr_assert_eq(m.spawned, PENDING_TOTAL);
     cr_assert_eq(m.cancelled, PENDING_TOTAL);
     cr_assert_eq(m.completed, 0);
     for (int i = KEPT_HANDLES / 2; i < KEPT_HANDLES; i++)
-        cr_assert_eq(rt_task_wait(handles[i], 0, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(handles[i], 0, NULL), -ECANCELED);
     /* Shutdown ran every drop; nothing may run one again later. */
     for (uint32_t id = 0; id < PENDING_TOTAL; id++)
         if (atomic_load(&pending_drops[id]) != 1)

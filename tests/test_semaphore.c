@@ -291,7 +291,7 @@ Test(sync, semaphore_tasks_queued_one_after_another_acquire_in_fifo_order)
     }
     for (int i = 0; i < FIFO_TASKS; i++) {
         void *v = NULL;
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, &v), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, &v), 0);
         cr_assert_eq((intptr_t)v, 1);
     }
     cr_assert_eq(rt_semaphore_available(&sem), 0);

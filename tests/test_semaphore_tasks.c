@@ -150,7 +150,7 @@ Test(sync, semaphore_permits_are_conserved_under_contention_from_tasks_and_threa
         cr_assert_eq(pthread_create(&threads[i], NULL, cons_thread_main, &ct[i]), 0);
     }
     for (int i = 0; i < CONS_TASKS; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0, "task %d", i);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0, "task %d", i);
     for (int i = 0; i < CONS_THREADS; i++)
         pthread_join(threads[i], NULL);
     cr_assert_eq(atomic_load(&cons_errors), 0, "%ld acquisitions or releases failed",
@@ -195,15 +195,15 @@ Test(sync, semaphore_aborted_waiting_tasks_leak_no_permit_and_leave_no_waker)
     /* The two in the middle of the queue go. */
     rt_task_abort(tasks[1]);
     rt_task_abort(tasks[2]);
-    cr_assert_eq(rt_task_wait(tasks[1], WAIT_DEADLINE_NS, NULL), -ECANCELED);
-    cr_assert_eq(rt_task_wait(tasks[2], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(tasks[1], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(tasks[2], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&abort_dropped), 2);
     /* Four permits serve exactly the two that remain. */
     cr_assert_eq(rt_semaphore_release(&sem, 4), 0);
     void *v = NULL;
-    cr_assert_eq(rt_task_wait(tasks[0], WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(tasks[0], WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq((intptr_t)v, 1);
-    cr_assert_eq(rt_task_wait(tasks[3], WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(tasks[3], WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq((intptr_t)v, 1);
     /* Both were granted by the one release; they may run in either order. */
     cr_assert_eq(atomic_load(&rank_next), 2);
@@ -226,7 +226,7 @@ Test(sync, semaphore_aborted_waiting_tasks_leak_no_permit_and_leave_no_waker)
     for (int i = 0; i < N; i++)
         rt_task_abort(tasks[i]);
     for (int i = 0; i < N; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(rt_semaphore_release(&sem, 5), 0);
     cr_assert_eq(rt_semaphore_available(&sem), 5, "an aborted waiter took permits");
     cr_assert_eq(rt_semaphore_try_acquire(&sem, 5), 0);
@@ -255,7 +255,7 @@ Test(sync, semaphore_abort_racing_a_release_leaks_no_permit)
         /* Granted now; the abort races the task's poll that collects. */
         cr_assert_eq(rt_semaphore_release(&sem, 2), 0);
         rt_task_abort(task);
-        int rc = rt_task_wait(task, WAIT_DEADLINE_NS, NULL);
+        int rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         cr_assert(rc == 0 || rc == -ECANCELED, "round %d: %s", r, rt_strerror(rc));
         if (rc == 0)
             completed++;
@@ -354,7 +354,7 @@ Test(sync, semaphore_acquire_blocking_queues_behind_a_waiter_and_wakes_on_a_rele
     /* One permit from a task: it is the head's. */
     struct releaser r = {&sem, 1};
     void *v = (void *)(intptr_t)-1;
-    cr_assert_eq(rt_block_on(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);
+    cr_assert_eq(block_on_status(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);
     cr_assert_eq((intptr_t)v, 0);
     cr_assert_eq(counting_wakes(&h.w), 1, "the head waiter was not served first");
     cr_assert_eq(event_count(&b.done), 0, "the blocked thread took the head's permit");
@@ -362,7 +362,7 @@ Test(sync, semaphore_acquire_blocking_queues_behind_a_waiter_and_wakes_on_a_rele
     cr_assert_eq(head.result, 0);
     /* Two more from a task: the blocked thread's. */
     r.n = 2;
-    cr_assert_eq(rt_block_on(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);
+    cr_assert_eq(block_on_status(rt, releaser_poll, NULL, &r, sizeof r, &v), 0);
     cr_assert(event_wait_for(&b.done, 1), "the blocked thread was never woken");
     pthread_join(thread, NULL);
     cr_assert_eq(b.rc, 0, "rt_semaphore_acquire_blocking: %s", rt_strerror(b.rc));
@@ -405,7 +405,7 @@ Test(sync, blocking_forms_fail_with_edeadlk_inside_a_task_and_take_nothing)
     cr_assert_eq(rt_mutex_init(&m), 0);
     struct deadlock_probe p = {&empty, &full, &m, 1, 1, 1};
     struct deadlock_probe *pp = &p;
-    cr_assert_eq(rt_block_on(rt, deadlock_probe_poll, NULL, &pp, sizeof pp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, deadlock_probe_poll, NULL, &pp, sizeof pp, NULL), 0);
     cr_assert_eq(p.sem_empty_rc, -EDEADLK, "semaphore with no permit: %s",
                  rt_strerror(p.sem_empty_rc));
     cr_assert_eq(p.sem_full_rc, -EDEADLK, "semaphore with a permit: %s",

@@ -57,7 +57,7 @@ static rt_task *start_receiver(rt_runtime *rt, int signo)
 static intptr_t receiver_result(rt_task *t)
 {
     void *v = NULL;
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, &v), 0);
     return (intptr_t)v;
 }
 
@@ -80,7 +80,7 @@ static void run_op(rt_runtime *rt, rt_future *op)
     struct await_op a = {.op = op};
     rt_task *t;
     cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
 Test(signal, bad_signals_and_arguments_are_einval)
@@ -280,7 +280,7 @@ Test(signal, a_receiver_aborted_or_shut_down_while_waiting_leaves_nothing)
     int fds = count_fds();
     rt_task *t = start_receiver(rt, SIGUSR1);
     rt_task_abort(t);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(count_fds(), fds, "the aborted receiver's drop freed its listener");
     rt_task *u = start_receiver(rt, SIGUSR1);
     rt_task_detach(u);

@@ -99,7 +99,7 @@ Test(sync, a_shared_mutex_outlives_its_creator_and_the_last_holder_frees_it)
     }
     rt_mutex_unref(m); /* the creator lets go first */
     for (int i = 0; i < SHARED_TASKS; i++)
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(shared_counter, (long)SHARED_TASKS * SHARED_ROUNDS, "lost updates: %ld",
                  shared_counter);
     finish_runtime(rt, 0);
@@ -184,7 +184,7 @@ Test(sync, holders_aborted_while_they_wait_free_the_shared_primitives_once)
     for (int i = 0; i < WAITERS; i++)
         rt_task_abort(h[(i * 7) % WAITERS]);
     for (int i = 0; i < WAITERS; i++)
-        cr_assert_eq(rt_task_wait(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+        cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&waiter_dropped), WAITERS);
     finish_runtime(rt, 0);
 }

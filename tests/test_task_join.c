@@ -1,6 +1,6 @@
 /* Black-box tests of a task's end (asyncrt/task.h): the rt_task_join
  * operation inside a task and polled by hand (aborted through, dropped while
- * pending), rt_task_wait (its value, a NULL task, timeouts that leave the
+ * pending), task_wait_status (its value, a NULL task, timeouts that leave the
  * handle valid), -EDEADLK from blocking calls on a worker, detach, and abort
  * (of an idle, a queued or a finished task, during a poll, during the final
  * poll), rt_task_is_finished, a joiner aborted while its child runs on, and
@@ -96,7 +96,7 @@ Test(task, join_inside_a_task_reports_the_value_and_a_zero_status)
     memset(&state, 0, sizeof state);
     state.r = &r;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, joins_two_poll, NULL, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, joins_two_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(r.rc[0], 0);
     cr_assert_eq(r.rc[1], 0);
     cr_assert_eq(value, (void *)(uintptr_t)2);
@@ -115,16 +115,16 @@ Test(task, wait_returns_the_value_and_accepts_a_null_value_pointer)
     cr_assert_eq(RT_SPAWN(rt, value_poll, counting_drop, &payload, &with_value), 0);
     cr_assert_eq(RT_SPAWN(rt, value_poll, counting_drop, &payload, &without_value), 0);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(with_value, -1, &value), 0);
+    cr_assert_eq(task_wait_status(with_value, -1, &value), 0);
     cr_assert_eq(value, payload);
-    cr_assert_eq(rt_task_wait(without_value, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(without_value, -1, NULL), 0);
     finish_runtime(rt, 0);
 }
 
 Test(task, wait_on_a_null_task_is_einval)
 {
-    cr_assert_eq(rt_task_wait(NULL, -1, NULL), -EINVAL);
-    cr_assert_eq(rt_task_wait(NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(task_wait_status(NULL, -1, NULL), -EINVAL);
+    cr_assert_eq(task_wait_status(NULL, 0, NULL), -EINVAL);
 }
 
 static int64_t monotonic_ns(void)
@@ -143,10 +143,10 @@ Test(task, wait_times_out_after_the_deadline_and_leaves_the_handle_valid)
     cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
 
     void *value = (void *)(uintptr_t)1;
-    cr_assert_eq(rt_task_wait(task, 0, &value), -ETIMEDOUT, "a zero timeout must not block");
+    cr_assert_eq(task_wait_status(task, 0, &value), -ETIMEDOUT, "a zero timeout must not block");
     const int64_t timeout_ns = 30 * 1000000LL;
     int64_t start = monotonic_ns();
-    cr_assert_eq(rt_task_wait(task, timeout_ns, &value), -ETIMEDOUT);
+    cr_assert_eq(task_wait_status(task, timeout_ns, &value), -ETIMEDOUT);
     int64_t elapsed = monotonic_ns() - start;
     cr_assert_geq(elapsed, timeout_ns - 1000000LL, "timed out after %lld ns only",
                   (long long)elapsed);
@@ -154,7 +154,7 @@ Test(task, wait_times_out_after_the_deadline_and_leaves_the_handle_valid)
 
     /* The handle is still ours: the task can finish and be waited on. */
     gate_open(&gate);
-    cr_assert_eq(rt_task_wait(task, -1, &value), 0);
+    cr_assert_eq(task_wait_status(task, -1, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)0x77);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&drops), 1);
@@ -179,7 +179,7 @@ Test(task, wait_with_zero_timeout_on_a_finished_task_returns_its_value)
     cr_assert(rt_task_is_finished(task));
 
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, 0, &value), 0);
+    cr_assert_eq(task_wait_status(task, 0, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)0x99);
     finish_runtime(rt, 0);
     gate_clear(&gate);
@@ -219,11 +219,11 @@ static rt_poll blocks_on_worker_poll(void *state, rt_context *cx, void **out)
         RT_RETURN(&s->co, out, NULL);
     {
         void *value = NULL;
-        s->r->rc[1] = rt_task_wait(s->child, -1, &value);
-        s->r->rc[2] = rt_task_wait(s->child, 0, &value);
-        s->r->rc[3] = rt_block_on(rt_current(), trivial_poll, block_on_drop, NULL, 0, &value);
-        s->r->rc[4] = rt_block_on(s->other_rt, trivial_poll, block_on_drop, NULL, 0, &value);
-        s->r->rc[5] = rt_task_wait(s->other_task, -1, &value);
+        s->r->rc[1] = task_wait_status(s->child, -1, &value);
+        s->r->rc[2] = task_wait_status(s->child, 0, &value);
+        s->r->rc[3] = block_on_status(rt_current(), trivial_poll, block_on_drop, NULL, 0, &value);
+        s->r->rc[4] = block_on_status(s->other_rt, trivial_poll, block_on_drop, NULL, 0, &value);
+        s->r->rc[5] = task_wait_status(s->other_task, -1, &value);
     }
     /* The child was gated so that it could not finish during those calls. */
     gate_open(s->gate);
@@ -253,7 +253,7 @@ Test(task, wait_and_block_on_inside_a_task_return_edeadlk_and_keep_the_handle)
     state.other_rt = other;
     state.other_task = other_task;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, blocks_on_worker_poll, NULL, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, blocks_on_worker_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(value, (void *)(uintptr_t)3);
     cr_assert_eq(r.rc[0], 0);
     cr_assert_eq(r.rc[1], -EDEADLK, "rt_task_wait(-1) on a worker: %s", rt_strerror(r.rc[1]));
@@ -272,7 +272,7 @@ Test(task, wait_and_block_on_inside_a_task_return_edeadlk_and_keep_the_handle)
     /* The other runtime's task never finishes; shutdown cancels it, and its
      * handle still works after the runtime is freed. */
     finish_runtime(other, 1);
-    cr_assert_eq(rt_task_wait(other_task, -1, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(other_task, -1, NULL), -ECANCELED);
     gate_clear(&gate);
 }
 
@@ -331,7 +331,7 @@ Test(task, abort_of_an_idle_task_drops_it_once_and_the_waiter_gets_ecanceled)
     rt_task_abort(task);
     cr_assert(event_wait_for(&dropped, 1), "an aborted idle task was never dropped");
     void *value = (void *)(uintptr_t)1;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), -ECANCELED);
 
     /* Waking the aborted task through the waker it left behind must not poll
      * it again. */
@@ -355,7 +355,7 @@ Test(task, abort_of_a_task_that_stored_no_waker_still_cancels_it)
     cr_assert(event_wait_for(&polled, 1));
     rt_task_abort(task);
     /* Nobody will ever wake it, so the abort itself must get it cancelled. */
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&dropped, 1));
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&polls), 1);
@@ -377,9 +377,9 @@ Test(task, abort_of_a_queued_task_drops_it_without_ever_polling_it)
     rt_task_abort(task);
     event_signal(&blocker.release);
 
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&dropped, 1));
-    cr_assert_eq(rt_task_wait(blocking, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(blocking, WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&polls), 0, "an aborted task was polled");
     cr_assert_eq(atomic_load(&drops), 1);
@@ -437,7 +437,7 @@ static int abort_during_poll(rt_runtime *rt, struct abort_in_poll how, void **va
     run_probe(rt);
     cr_assert_eq(atomic_load(&drops), 0, "the drop ran while the poll was still in progress");
     event_signal(&resume_poll);
-    int rc = rt_task_wait(task, WAIT_DEADLINE_NS, value);
+    int rc = task_wait_status(task, WAIT_DEADLINE_NS, value);
     cr_assert(event_wait_for(&dropped, 1), "the task was never dropped");
     return rc;
 }
@@ -660,7 +660,7 @@ Test(task, aborted_joiner_whose_drop_drops_the_join_leaves_the_child_running)
     cr_assert_eq(RT_SPAWN(rt, joiner_poll, joiner_drop, &state, &joiner), 0);
     cr_assert(event_wait_for(&joiner_joining, 1));
     rt_task_abort(joiner);
-    cr_assert_eq(rt_task_wait(joiner, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(joiner, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&joiner_dropped, 1));
     cr_assert_eq(atomic_load(&drops), 0, "the child was dropped with its joiner");
 
@@ -693,8 +693,8 @@ Test(task, handles_stay_usable_after_the_runtime_is_freed)
     cr_assert(rt_task_is_finished(completed));
     cr_assert(rt_task_is_finished(pending), "a task cancelled by shutdown counts as finished");
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(completed, 0, &value), 0);
+    cr_assert_eq(task_wait_status(completed, 0, &value), 0);
     cr_assert_eq(value, payload);
-    cr_assert_eq(rt_task_wait(pending, 0, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(pending, 0, NULL), -ECANCELED);
     cr_assert_eq(atomic_load(&drops), 2);
 }

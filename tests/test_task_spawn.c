@@ -37,7 +37,7 @@ Test(task, spawn_from_the_main_thread_runs_the_task_and_wait_returns_its_value)
     cr_assert_eq(rt_spawn(rt, value_poll, counting_drop, &payload, sizeof payload, &task), 0);
     cr_assert_not_null(task);
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, -1, &value), 0);
+    cr_assert_eq(task_wait_status(task, -1, &value), 0);
     cr_assert_eq(value, payload);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&polls), 1);
@@ -58,7 +58,7 @@ static void *foreign_spawn_thread(void *arg)
     rt_task *task = NULL;
     f->spawn_rc = RT_SPAWN(f->rt, value_poll, counting_drop, &payload, &task);
     if (f->spawn_rc == 0)
-        f->wait_rc = rt_task_wait(task, WAIT_DEADLINE_NS, &f->value);
+        f->wait_rc = task_wait_status(task, WAIT_DEADLINE_NS, &f->value);
     return NULL;
 }
 
@@ -126,7 +126,7 @@ Test(task, spawn_inside_a_task_with_the_current_or_a_null_runtime_runs_the_child
     memset(&state, 0, sizeof state);
     state.r = &r;
     void *value = NULL;
-    cr_assert_eq(rt_block_on(rt, spawns_children_poll, NULL, &state, sizeof state, &value), 0);
+    cr_assert_eq(block_on_status(rt, spawns_children_poll, NULL, &state, sizeof state, &value), 0);
     cr_assert_eq(r.rc[0], 0, "spawn with rt_current(): %s", rt_strerror(r.rc[0]));
     cr_assert_eq(r.rc[1], 0, "spawn with NULL: %s", rt_strerror(r.rc[1]));
     cr_assert_eq(value, (void *)(uintptr_t)1);
@@ -159,9 +159,9 @@ Test(task, spawn_rejects_invalid_arguments_without_spawning_or_dropping)
                  "size SIZE_MAX");
     cr_assert_eq(rt_spawn(rt, trivial_poll, counting_drop, &word, SIZE_MAX / 2 + 1, &task), -EINVAL,
                  "size above half the address space");
-    cr_assert_eq(rt_block_on(rt, NULL, counting_drop, &word, sizeof word, NULL), -EINVAL);
-    cr_assert_eq(rt_block_on(NULL, trivial_poll, counting_drop, NULL, 0, NULL), -EINVAL);
-    cr_assert_eq(rt_block_on(rt, trivial_poll, counting_drop, NULL, 8, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(rt, NULL, counting_drop, &word, sizeof word, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(NULL, trivial_poll, counting_drop, NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(block_on_status(rt, trivial_poll, counting_drop, NULL, 8, NULL), -EINVAL);
     cr_assert_eq(atomic_load(&drops), 0);
 
     rt_metrics m;
@@ -179,7 +179,7 @@ Test(task, spawn_after_shutdown_is_eshutdown_and_neither_spawns_nor_drops)
     cr_assert_eq(rt_spawn(rt, trivial_poll, counting_drop, &word, sizeof word, &task), -ESHUTDOWN);
     cr_assert_eq(rt_spawn(rt, trivial_poll, counting_drop, NULL, 0, NULL), -ESHUTDOWN);
     void *value = (void *)(uintptr_t)1;
-    cr_assert_eq(rt_block_on(rt, trivial_poll, counting_drop, &word, sizeof word, &value),
+    cr_assert_eq(block_on_status(rt, trivial_poll, counting_drop, &word, sizeof word, &value),
                  -ESHUTDOWN);
     cr_assert_eq(atomic_load(&drops), 0, "drop must not run for a refused spawn");
 
@@ -245,7 +245,7 @@ Test(task, state_is_copied_at_spawn_and_kept_at_one_address_until_the_drop)
 
     cr_assert(event_wait_for(&polled, 1));
     gate_open(&gate);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
 
     cr_assert_eq(atomic_load(&copy_mismatches), 0, "the task saw the caller's later writes");
@@ -340,7 +340,7 @@ Test(task, state_of_every_size_is_copied_whole_and_aligned_for_max_align_t)
         free(buffer);
     }
     for (size_t k = 0; k < STATE_SIZE_COUNT; k++)
-        cr_assert_eq(rt_task_wait(tasks[k], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(tasks[k], WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&misaligned), 0, "%d states not aligned for max_align_t",
                  atomic_load(&misaligned));
@@ -358,9 +358,9 @@ Test(task, empty_state_is_accepted_with_or_without_a_pointer)
     cr_assert_eq(rt_spawn(rt, empty_poll, counting_drop, NULL, 0, &a), 0);
     cr_assert_eq(rt_spawn(rt, empty_poll, counting_drop, &unused, 0, &b), 0);
     void *value = (void *)(uintptr_t)1;
-    cr_assert_eq(rt_task_wait(a, WAIT_DEADLINE_NS, &value), 0);
+    cr_assert_eq(task_wait_status(a, WAIT_DEADLINE_NS, &value), 0);
     cr_assert_null(value);
-    cr_assert_eq(rt_task_wait(b, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(b, WAIT_DEADLINE_NS, NULL), 0);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&drops), 2);
 }

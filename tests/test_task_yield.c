@@ -100,7 +100,7 @@ Test(task, yield_lets_every_task_spawned_on_the_worker_run_before_the_next_poll)
     rt_runtime *rt = new_runtime(1);
     rt_task *yielder = NULL;
     cr_assert_eq(rt_spawn(rt, spawning_yielder_poll, NULL, NULL, 0, &yielder), 0);
-    cr_assert_eq(rt_task_wait(yielder, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(yielder, -1, NULL), 0);
     /* Children that never ran are cancelled here; the checks below say why. */
     finish_runtime(rt, -1);
     cr_assert_eq(atomic_load(&spawn_failures), 0);
@@ -165,7 +165,7 @@ Test(task, yield_lets_every_task_woken_on_the_worker_run_before_the_next_poll)
     cr_assert(event_wait_for(&sleepers_parked, SLEEPERS));
     rt_task *yielder = NULL;
     cr_assert_eq(rt_spawn(rt, waking_yielder_poll, NULL, NULL, 0, &yielder), 0);
-    cr_assert_eq(rt_task_wait(yielder, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(yielder, -1, NULL), 0);
     finish_runtime(rt, -1);
     cr_assert_eq(atomic_load(&children_run), SLEEPERS, "only %d of %d woken tasks ran",
                  atomic_load(&children_run), SLEEPERS);
@@ -217,7 +217,7 @@ Test(task, tasks_injected_from_outside_are_not_starved_by_a_yielding_task)
         atomic_store(&runnable_at[i], atomic_load(&yielder_polls));
     }
     atomic_store(&injection_done, true);
-    cr_assert_eq(rt_task_wait(yielder, -1, NULL), 0);
+    cr_assert_eq(task_wait_status(yielder, -1, NULL), 0);
     finish_runtime(rt, -1);
     cr_assert_eq(atomic_load(&children_run), INJECTED, "injected tasks starved: %d of %d ran",
                  atomic_load(&children_run), INJECTED);
@@ -361,7 +361,7 @@ Test(task, task_woken_during_its_poll_is_polled_again_afterwards_never_concurren
     event_signal(&resume_poll);
 
     void *value = NULL;
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, &value), 0,
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), 0,
                  "a wake that arrived during the poll was lost");
     cr_assert_eq(value, (void *)(uintptr_t)2);
     finish_runtime(rt, 0);
@@ -428,7 +428,7 @@ Test(task, many_concurrent_wakes_of_an_idle_task_schedule_it_once)
     pthread_barrier_destroy(&storm_start);
 
     event_signal(&blocker.release);
-    cr_assert_eq(rt_task_wait(blocking, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(blocking, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert(event_wait_for(&polled, 2), "the woken task was never polled");
     /* A worker parks only when it finds no runnable task, so once the only
      * worker is parked every copy of the task that was queued has run. */
@@ -519,7 +519,7 @@ Test(task, a_yield_is_not_starved_by_two_tasks_waking_each_other)
     atomic_store(&pair_game.stop, false);
 
     struct starved_yielder y = {false};
-    cr_assert_eq(rt_block_on(rt, starved_yielder_poll, NULL, &y, sizeof y, NULL), 0);
+    cr_assert_eq(block_on_status(rt, starved_yielder_poll, NULL, &y, sizeof y, NULL), 0);
     unsigned long waited = pair_game.rounds_when_yielder_returned;
     cr_assert_lt(waited, 1000, "the yielded task waited %lu polls of the pair (limit %lu)", waited,
                  PAIR_LIMIT);

@@ -91,7 +91,7 @@ Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
     int64_t armed_at = rt_now_ns();
     for (int i = 0; i < ORDERED_TASKS; i++) {
         void *value = (void *)(intptr_t)-99;
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, &value), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, &value), 0);
         cr_assert_eq((intptr_t)value, 0, "task %d: %s", i, rt_strerror((int)(intptr_t)value));
     }
     finish_runtime(rt, 0);

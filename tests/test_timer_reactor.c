@@ -432,7 +432,7 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
 
     struct busy b = {rt, rt_now_ns() + 10 * SEC, false};
     struct busy *bp = &b;
-    cr_assert_eq(rt_block_on(rt, busy_poll, NULL, &bp, sizeof bp, NULL), 0);
+    cr_assert_eq(block_on_status(rt, busy_poll, NULL, &bp, sizeof bp, NULL), 0);
     event_signal(&starve_release);
     cr_assert(b.yielded, "the worker never yielded to the held reactor in 10 s");
 
@@ -495,12 +495,12 @@ Test(timer, a_busy_worker_yields_to_a_reactor_held_after_its_nap)
         held = event_wait_for_s(&nap_held, 1, 1);
     }
     cr_assert(held, "the reactor never napped in 200 bursts");
-    cr_assert_eq(rt_task_wait(busy, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(busy, WAIT_DEADLINE_NS, NULL), 0);
     event_signal(&nap_release);
     cr_assert(b.yielded, "the worker never yielded to the reactor held after its nap");
     for (int i = 0; i < PIPES; i++) {
         cr_assert_eq(close(fds[i][1]), 0);
-        cr_assert_eq(rt_task_wait(readers[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(readers[i], WAIT_DEADLINE_NS, NULL), 0);
         cr_assert_eq(rt_io_close(ends[i]), 0);
     }
     rt__debug_window_hook = NULL;
@@ -546,7 +546,8 @@ Test(timer, without_epoll_pwait2_the_reactor_falls_back_and_neither_spins_nor_fi
         struct plain_sleep p = {.duration = 3 * 1000000 + i * 700000};
         int64_t t0 = rt_now_ns();
         void *out = (void *)(intptr_t)-1;
-        cr_assert_eq(rt_block_on(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out), 0);
+        cr_assert_eq(block_on_status(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out),
+                     0);
         cr_assert_eq((intptr_t)out, 0);
         cr_assert_geq(rt_now_ns() - t0, p.duration, "a sleep ended early");
     }
@@ -555,7 +556,7 @@ Test(timer, without_epoll_pwait2_the_reactor_falls_back_and_neither_spins_nor_fi
     int64_t cpu0 = process_cpu_ns();
     struct plain_sleep p = {.duration = 200 * 1000000};
     void *out = NULL;
-    cr_assert_eq(rt_block_on(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out), 0);
+    cr_assert_eq(block_on_status(rt, plain_sleep_poll, plain_sleep_drop, &p, sizeof p, &out), 0);
     int64_t used = process_cpu_ns() - cpu0;
     cr_log_info("CPU used during a 200 ms sleep without epoll_pwait2: %lld us",
                 (long long)(used / 1000));

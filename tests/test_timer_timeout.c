@@ -312,7 +312,8 @@ static rt_task *spawn_limited(rt_runtime *rt, struct limited *s)
 /* Waits for a limited task to finish and checks that it got going. */
 static void wait_limited(rt_task *task, const struct limited_result *r)
 {
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), 0, "the limited task never finished");
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0,
+                 "the limited task never finished");
     cr_assert_eq(r->init_rc, 0, "init: %s", rt_strerror(r->init_rc));
 }
 
@@ -776,7 +777,7 @@ Test(timer, aborting_a_task_sleeping_inside_a_timeout_drops_it_promptly_and_canc
                  (long long)limited_drop_seen.inner_result);
     cr_assert_eq(limited_drop_seen.sleep_result, -ECANCELED, "the inner sleep: %lld",
                  (long long)limited_drop_seen.sleep_result);
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     int64_t took = finish_runtime_timed(rt, 0);
     cr_assert_lt(took, 2 * SEC, "shutdown took %lld ms", (long long)(took / MS));
     cr_assert_eq(atomic_load(&limited_drop_seen.count), 1);
@@ -793,7 +794,7 @@ Test(timer, aborting_a_task_receiving_inside_a_timeout_loses_no_message)
     cr_assert(event_wait_for(&limited_waiting, 1), "the receive never waited");
     rt_task_abort(task);
     cr_assert(event_wait_for_s(&limited_dropped, 1, 5), "the aborted task was not dropped");
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(limited_drop_seen.inner_result, -ECANCELED);
     void *msg = (void *)(uintptr_t)0xAB07;
     cr_assert_eq(rt_chan_try_send(ch, msg), 0);
@@ -841,7 +842,7 @@ Test(timer, aborting_a_task_sleeping_10s_drops_it_promptly_and_shuts_down_quickl
     cr_assert(event_wait_for_s(&long_sleeper_dropped, 1, 5), "the aborted task was not dropped");
     cr_assert_lt(long_sleeper_drop_time - abort_time, SEC, "the drop ran %lld ms after the abort",
                  (long long)((long_sleeper_drop_time - abort_time) / MS));
-    cr_assert_eq(rt_task_wait(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     int64_t took = finish_runtime_timed(rt, 0);
     cr_assert_lt(took, 2 * SEC, "shutdown took %lld ms: the cancelled timer is still waited for",
                  (long long)(took / MS));
@@ -896,7 +897,7 @@ Test(timer, interval_ticks_n_times_each_no_earlier_than_start_plus_k_periods)
     memset(&t, 0, sizeof t);
     t.ticks = ticks;
     void *value = (void *)(intptr_t)-99;
-    cr_assert_eq(rt_block_on(rt, ticker_poll, ticker_drop, &t, sizeof t, &value), 0);
+    cr_assert_eq(block_on_status(rt, ticker_poll, ticker_drop, &t, sizeof t, &value), 0);
     cr_assert_eq((intptr_t)value, 0, "interval: %s", rt_strerror((int)(intptr_t)value));
     for (int k = 0; k < INTERVAL_TICKS; k++) {
         int64_t due = (int64_t)(k + 1) * INTERVAL_PERIOD;
@@ -967,7 +968,7 @@ Test(timer, interval_that_falls_behind_skips_missed_ticks_instead_of_bursting)
     struct skipper k;
     memset(&k, 0, sizeof k);
     void *value = (void *)(intptr_t)-99;
-    cr_assert_eq(rt_block_on(rt, skipper_poll, skipper_drop, &k, sizeof k, &value), 0);
+    cr_assert_eq(block_on_status(rt, skipper_poll, skipper_drop, &k, sizeof k, &value), 0);
     cr_assert_eq((intptr_t)value, 0);
     struct skipper *r = &skipper_result;
     cr_assert_eq(r->err, 0);

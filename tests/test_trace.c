@@ -139,7 +139,7 @@ static void spawn_sleepers(rt_runtime *rt, atomic_ulong *polls, rt_task **tasks)
 static void wait_all(rt_task **tasks, int n)
 {
     for (int i = 0; i < n; i++)
-        cr_assert_eq(rt_task_wait(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
+        cr_assert_eq(task_wait_status(tasks[i], WAIT_DEADLINE_NS, NULL), 0);
 }
 
 static void run_sleepers(rt_runtime *rt, atomic_ulong *polls)

@@ -372,7 +372,7 @@ Test(unix_fds, a_connect_to_a_full_backlog_waits_retries_and_closes_its_socket_w
     static rt_io *taken[64];
     for (int i = 0; i < nqueued; i++)
         taken[i] = accept_from(rt, l);
-    cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(c.result, 0, "connect: %s", rt_strerror((int)c.result));
     rt_io *server = accept_from(rt, l);
     write_io(rt, c.conn, "in");

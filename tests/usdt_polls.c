@@ -44,7 +44,7 @@ int main(int argc, char **argv)
         }
     }
     for (long i = 0; i < n; i++) {
-        err = rt_task_wait(tasks[i], -1, NULL);
+        err = rt_task_wait(tasks[i], -1, NULL, NULL);
         if (err != 0) {
             fprintf(stderr, "usdt_polls: rt_task_wait: %s\n", rt_strerror(err));
             return 1;

@@ -19,6 +19,14 @@
  * Threads: a reader (or writer) is used by one task at a time, and one
  * operation at a time: initialising an operation on a reader while another
  * is unfinished is refused (-EBUSY).
+ * Never polled: every init that succeeds claims its reader or writer (marks
+ * it busy) until the operation finishes or is dropped, so one initialised
+ * and never polled must still be dropped (or awaited). Otherwise the
+ * reader or writer stays busy for good: every later init on it is refused
+ * with -EBUSY, initialising the same operation again included, and
+ * rt_reader_peek returns NULL and rt_reader_discard 0. A drop touches the
+ * reader or writer, never the rt_io: it comes before rt_reader_free or
+ * rt_writer_free, and may come after rt_io_close.
  * Abort safety: a reader loses nothing when an operation is dropped: bytes
  * read from the descriptor stay in its buffer for the next operation. A
  * dropped write or flush leaves its bytes in the writer's buffer (a flush
@@ -64,7 +72,9 @@ size_t rt_reader_buffered(const rt_reader *r);
  * reader's capacity filled without a delimiter: nothing is consumed, and
  * the caller may give up or rt_reader_discard), the descriptor's errors.
  * rt_read_line is the same with '\n', and `len` is the length without the
- * trailing "\n" or "\r\n". */
+ * trailing "\n" or "\r\n". A last piece at the end of the stream has no
+ * "\n", so nothing is taken off it: "tail\r" finishes with result 5 and
+ * `len` 5, its "\r" kept. With any other delimiter `len` is the result. */
 typedef struct rt_read_until {
     RT_FUTURE_HEADER;
     rt_reader *reader; /* NULL once finished or dropped */

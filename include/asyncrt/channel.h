@@ -16,10 +16,16 @@
  *   all of them.
  *
  * Both are heap objects shared by their two sides and freed when both sides
- * have let go. Sends and receives that wait are operations (see future.h).
- * Every function may be called from any thread: the operations from tasks
- * (or from threads polling by hand), the try forms from anywhere,
- * the *_blocking forms from threads that are not workers (-EDEADLK there).
+ * have let go. A side released more times than it was taken (a second
+ * rt_chan_sender_drop of the one sender, say) is reported as misuse (diag.h,
+ * RT_REPORT_MISUSE) and changes nothing, as long as the other side keeps the
+ * object allocated: the receivers still see the end of the stream. Once both
+ * sides are gone the memory is freed, and a further release is a use after
+ * free (AddressSanitizer reports it). Sends and receives that wait are
+ * operations (see future.h). Every function may be called from any thread:
+ * the operations from tasks (or from threads polling by hand), the try forms
+ * from anywhere, the *_blocking forms from threads that are not workers
+ * (-EDEADLK there).
  *
  * End of stream and closing (errno values):
  * - -EPIPE to a sender: the receiver is gone or closed the channel; the value
@@ -34,6 +40,11 @@
  * and its result is -ECANCELED); once it finished the value belongs to the
  * channel. A send that a receiver took just before the drop reports result 0
  * after the drop: it was sent.
+ * Never polled: a send or receive joins a queue or stores a waker only
+ * from its first poll, so one initialised and never polled holds nothing
+ * (a send's value is still the caller's) and needs no drop; dropping it or
+ * initialising it again is safe. A drop locks the channel, so it comes
+ * before the caller releases its side.
  * A successful send or receive spends one unit of the cooperative budget
  * (rt_coop_proceed). */
 #ifndef ASYNCRT_CHANNEL_H
@@ -61,11 +72,13 @@ int rt_oneshot_new(rt_oneshot **out);
 
 /* Sends `value` and releases the sending side. Returns 0, or -EPIPE when the
  * receiver was already dropped (the value stays the caller's), or -EINVAL (o
- * NULL). Never waits. */
+ * NULL; or the sending side was released already: reported as misuse, the
+ * value stays the caller's). Never waits. */
 int rt_oneshot_send(rt_oneshot *o, void *value);
 
-/* Releases the sending side without sending: the receiver gets -EPIPE. NULL
- * is a no-op. */
+/* Releases the sending side without sending: the receiver gets -EPIPE. A
+ * side released already is misuse: reported, nothing changes. NULL is a
+ * no-op. */
 void rt_oneshot_sender_drop(rt_oneshot *o);
 
 /* The receive: an operation (see future.h) that finishes with result 0 and
@@ -92,15 +105,16 @@ int rt_oneshot_try_recv(rt_oneshot *o, void **value);
 
 /* Blocks the calling thread until a value or -EPIPE comes, or timeout_ns
  * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
- * -EALREADY, -EBUSY (another receive waits), -ENOMEM, -EINVAL (o NULL). value may be NULL, as for
- * rt_oneshot_try_recv. */
+ * -EALREADY, -EBUSY (another receive waits), -ENOMEM, -EINVAL (o NULL).
+ * value may be NULL, as for rt_oneshot_try_recv. */
 int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value);
 
 /* Releases the receiving side (after dropping its receive operation). If a
  * value was sent but never received, it is written to *unreceived (may be
  * NULL: then it is simply not handed back) and 1 is returned; else
  * *unreceived gets NULL and 0 is returned. A sender sending afterwards gets
- * -EPIPE. o NULL: a no-op returning 0. */
+ * -EPIPE. A receiving side released already is misuse: reported, 0 is
+ * returned and nothing changes. o NULL: a no-op returning 0. */
 int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived);
 
 /* ---- Bounded multi-producer channel ---------------------------------------*/
@@ -109,16 +123,15 @@ typedef struct rt_chan rt_chan;
 
 /* Creates a channel buffering up to `capacity` `void *` values (>= 1). The
  * plain forms below (rt_chan_send_init, rt_chan_try_send,
- * rt_chan_send_blocking, rt_chan_recv_init and its `value`,
- * rt_chan_try_recv, rt_chan_recv_blocking) carry `void *` values, on a
- * channel made here ("a channel of `void *`" below); on one made by
- * rt_chan_new_sized they fail with -EINVAL (whatever its value size), and
- * the _copy / _into forms work on both. The caller holds one sender reference and one
- * receiver reference. Both sides are
- * counted: rt_chan_sender_clone and rt_chan_receiver_clone add one,
- * rt_chan_sender_drop and rt_chan_receiver_drop give one back. The channel
- * is freed when all are gone. Errors: -EINVAL (out NULL, capacity 0 or
- * above 2^31), -ENOMEM. */
+ * rt_chan_send_blocking, rt_chan_recv_init and its `value`, rt_chan_try_recv,
+ * rt_chan_recv_blocking) carry `void *` values, on a channel made here ("a
+ * channel of `void *`" below); on one made by rt_chan_new_sized they fail
+ * with -EINVAL (whatever its value size), and the _copy / _into forms work on
+ * both. The caller holds one sender reference and one receiver reference.
+ * Both sides are counted: rt_chan_sender_clone and rt_chan_receiver_clone add
+ * one, rt_chan_sender_drop and rt_chan_receiver_drop give one back. The
+ * channel is freed when all are gone. Errors: -EINVAL (out NULL, capacity 0
+ * or above 2^31), -ENOMEM. */
 int rt_chan_new(size_t capacity, rt_chan **out);
 
 /* Largest value size of a channel. */
@@ -134,16 +147,19 @@ int rt_chan_new_sized(size_t capacity, size_t value_size, rt_chan **out);
 size_t rt_chan_value_size(const rt_chan *ch);
 
 /* One more sender reference (to hand to another task or thread). Errors:
- * -EINVAL (ch NULL). The caller must hold a sender reference already. */
+ * -EINVAL (ch NULL; or no sender reference is left, since the last one was
+ * released: reported as misuse, nothing changes). The caller must hold a
+ * sender reference already. */
 int rt_chan_sender_clone(rt_chan *ch);
 
 /* Gives back one sender reference. After the last one, the receiver sees
- * -EPIPE once the buffer is drained. NULL is a no-op. */
+ * -EPIPE once the buffer is drained. With none left, it is misuse: reported,
+ * and nothing changes. NULL is a no-op. */
 void rt_chan_sender_drop(rt_chan *ch);
 
 /* One more receiver reference (to hand to another task or thread that
- * receives too). Errors: -EINVAL (ch NULL). The caller must hold a receiver
- * reference already. */
+ * receives too). Errors: -EINVAL (ch NULL; or none is left: reported as
+ * misuse). The caller must hold a receiver reference already. */
 int rt_chan_receiver_clone(rt_chan *ch);
 
 /* Receiver side (any holder of a receiver reference): refuses further sends
@@ -153,7 +169,8 @@ int rt_chan_receiver_clone(rt_chan *ch);
 void rt_chan_close(rt_chan *ch);
 
 /* Gives back one receiver reference (after dropping the caller's receive
- * operations on ch). The last one closes the channel, then passes every
+ * operations on ch); with none left, it is misuse: reported, nothing
+ * changes. The last one closes the channel, then passes every
  * value still buffered to dispose(value, arg) on the calling thread, oldest
  * first (dispose NULL: they are just forgotten, which leaks them if they own
  * memory); the others ignore dispose. dispose gets the value itself from a

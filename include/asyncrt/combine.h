@@ -61,34 +61,51 @@ typedef struct rt_timeout {
  * Errors: -EINVAL (t or inner NULL, no runtime); the inner operation is then
  * dropped, since nothing else would drop it. Around a join, a time limit
  * that runs out detaches the task unless the join was set to abort it
- * (rt_task_join.abort_on_drop). Any thread. */
+ * (rt_task_join.abort_on_drop). Never polled, a timeout holds nothing of
+ * its own (its timer is armed at the first poll): it needs a drop only
+ * when `inner` does (a join, a buffered read...), and dropping it drops
+ * `inner`. Any thread. */
 int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t duration_ns);
 
-/* Limits `inner` to an absolute deadline on rt_now_ns()'s clock. Errors as
- * rt_timeout_init. */
+/* Limits `inner` to an absolute deadline on rt_now_ns()'s clock. Errors,
+ * and what one never polled holds, as rt_timeout_init. */
 int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns);
 
 /* ---- Select ----------------------------------------------------------------*/
 
-/* The first of several operations to finish. Each poll polls them in the
- * order given (the first one is favoured when several are ready at once);
- * the first to finish wins: `index` says which, `result` is its result, and
- * every other one is dropped at once (each then reports -ECANCELED in its
- * own result, except a channel send a receiver had already taken, which
- * reports 0: check it when that matters). Dropping an unfinished select
- * drops them all. */
+/* The first of several operations to finish. Each poll polls them all,
+ * starting from the arm `first` and going round; the first to finish wins:
+ * `index` says which, `result` is its result, and every other one is
+ * dropped at once (each then reports -ECANCELED in its own result, except a
+ * channel send a receiver had already taken, which reports 0: check it when
+ * that matters). Dropping an unfinished select drops them all.
+ * Fair by default, as Go's select and Tokio's select!: rt_select_init picks
+ * `first` at random, afresh at every init, so when several arms are ready
+ * at once each wins as often as the others and none starves, also for a
+ * select initialised again in a loop. rt_select_biased_init polls in the
+ * order given (`first` 0), for a caller that wants the first ready arm to
+ * win, as Tokio's `biased;` does. */
 typedef struct rt_select {
     RT_FUTURE_HEADER;
     rt_future *arms[RT_COMBINE_MAX]; /* the operations, not owned */
     size_t count;                    /* how many */
     size_t index;                    /* the winner; count until then */
+    size_t first;                    /* the arm each poll starts from */
 } rt_select;
 
-/* Prepares a select over futures[0..count) (1 <= count <= RT_COMBINE_MAX;
- * the array is copied, the operations are not). Errors: -EINVAL (op NULL,
- * futures NULL, count out of range, a NULL entry); the operations given
- * (the first RT_COMBINE_MAX entries) are then dropped. Any thread. */
+/* Prepares a fair select over futures[0..count) (1 <= count <=
+ * RT_COMBINE_MAX; the array is copied, the operations are not). Errors:
+ * -EINVAL (op NULL, futures NULL, count out of range, a NULL entry); the
+ * operations given (the first RT_COMBINE_MAX entries) are then dropped.
+ * Never polled, a select holds nothing of its own: it needs a drop only
+ * when one of its arms does (a join, a buffered read...), and dropping it
+ * drops every arm. Any thread. */
 int rt_select_init(rt_select *op, rt_future *const *futures, size_t count);
+
+/* The same, biased: the arms are polled in the order given, so the first
+ * ready one wins. Arguments, errors, and what one never polled holds, as
+ * rt_select_init. */
+int rt_select_biased_init(rt_select *op, rt_future *const *futures, size_t count);
 
 /* ---- Join all --------------------------------------------------------------*/
 
@@ -113,7 +130,9 @@ typedef struct rt_join_all {
 /* Prepares a join over futures[0..count) (1 <= count <= RT_COMBINE_MAX; the
  * array is copied). Errors: -EINVAL (op NULL, futures NULL, count out of
  * range, a NULL entry, unknown flags); the operations given (the first
- * RT_COMBINE_MAX entries) are then dropped. Any thread. */
+ * RT_COMBINE_MAX entries) are then dropped. Never polled, a join_all holds
+ * nothing of its own: it needs a drop only when one of its operations
+ * does, and dropping it drops them all. Any thread. */
 int rt_join_all_init(rt_join_all *op, rt_future *const *futures, size_t count, unsigned flags);
 
 #ifdef __cplusplus

@@ -73,6 +73,7 @@ typedef struct rt_coro_site {
 /* The resume point of one coroutine, and what it must clean up. */
 typedef struct rt_coro {
     int line;                 /* 0: not started; RT_CORO_DONE: finished; else resume */
+    int status;               /* what it finished with: 0, or RT_FAIL's error */
     rt_future *awaiting;      /* the operation in flight, or NULL */
     rt_guard *held;           /* guards held, newest first */
     const rt_coro_site *site; /* the poll function's file and name, or NULL */
@@ -190,6 +191,21 @@ static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
         *(out) = (void *)(value);                                                                  \
         return RT_READY;                                                                           \
     } while (0)
+
+/* Finishes the coroutine with `value` as its result and `code` (0, or a
+ * negative errno) as its status, which a task whose state begins with this
+ * coroutine finishes with (task.h, "Results and status"): its joiner, its
+ * group and rt_task_wait report it. A coroutine nested in another's state
+ * keeps it in co->status for its parent to read. */
+#define RT_RETURN_STATUS(co, out, value, code)                                                     \
+    do {                                                                                           \
+        (co)->status = (code);                                                                     \
+        RT_RETURN(co, out, value);                                                                 \
+    } while (0)
+
+/* Finishes the coroutine with the error `err` (a negative errno) as its
+ * status and a NULL result: RT_RETURN_STATUS(co, out, NULL, err). */
+#define RT_FAIL(co, out, err) RT_RETURN_STATUS(co, out, NULL, err)
 
 /* Closes the body. Falling off the end finishes with a NULL result; polling a
  * finished coroutine again reports RT_READY with a NULL result. */

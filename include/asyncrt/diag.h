@@ -156,21 +156,32 @@ int rt_runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg);
  * point (10,000 connections waiting in the same read make one block, with
  * the count and the first few ids), the largest groups first, each with its
  * await point as file:line in function, what the first of them waits for
- * in words, and where they were spawned. Lost wake-ups are marked. Threads
- * and errors as rt_runtime_tasks, plus -EIO when the stream reports an
- * error. */
+ * in words, and where they were spawned. Lost wake-ups are marked. Returns
+ * 0 once the whole dump was written and flushed (not the number of tasks,
+ * as rt_runtime_tasks does). Threads and errors as rt_runtime_tasks
+ * (-EINVAL also for out NULL), plus -EIO when the stream reports an error,
+ * in a write or in the final fflush. Nothing is written when the tasks
+ * could not be looked at (-ENOMEM, -ESHUTDOWN, -EDEADLK). */
 int rt_runtime_dump(rt_runtime *rt, FILE *out);
 
 /* rt_runtime_dump to a descriptor (written with write(2), no stdio).
- * Errors as rt_runtime_dump, -EBADF / the write's errno. */
+ * Returns 0 once the whole dump was written. Errors as rt_runtime_dump,
+ * except that -EBADF comes for fd < 0 and a failed write(2) gives its own
+ * negative errno (-EBADF for a descriptor not open, -ENOSPC...) instead
+ * of -EIO; nothing more is written after it. */
 int rt_runtime_dump_fd(rt_runtime *rt, int fd);
 
-/* ---- Reports: stalls and lost wake-ups --------------------------------------*/
+/* ---- Reports: stalls, lost wake-ups, misuse --------------------------------*/
 
 /* What a report is about. */
 typedef enum rt_report_kind {
     RT_REPORT_STALL = 1,   /* a poll has run longer than rt_config.stall_ns */
     RT_REPORT_LOST_WAKEUP, /* a waiting task no waker can ever wake */
+    /* A counted reference released more times than it was taken, or used
+     * after its release (a channel side, a oneshot side, a group, a join
+     * handle): the call changed nothing. Made in every build, whatever the
+     * diagnostics settings, since it means a bug in the caller. */
+    RT_REPORT_MISUSE,
 } rt_report_kind;
 
 /* One report. Strings are valid only during the callback. */
@@ -185,18 +196,28 @@ typedef struct rt_report {
     int await_line;             /* stalled poll started from, or where the */
     const char *await_function; /* lost task waits; NULL/0 when unknown */
     const char *spawned_at;     /* "file.c:123", or NULL */
+    /* RT_REPORT_MISUSE: the public function that was misused, the object
+     * it was given, and what was wrong, in words. The task fields above
+     * name the task that made the call (0 / NULL outside a task). */
+    const char *function;
+    const void *object;
+    const char *what;
 } rt_report;
 
 /* The report callback (rt_config.report). Called on the runtime's watchdog
- * thread (stalls) or on a worker (lost wake-ups, found when the worker
- * sweeps its registry), never from a signal handler, never with a lock of
- * the runtime held. It must return promptly and must not call
+ * thread (stalls), on a worker (lost wake-ups, found when the worker
+ * sweeps its registry), or on the thread that misused a reference (misuse:
+ * the rt_config.report of the runtime whose worker made the call; from any
+ * other thread, which no runtime owns, rt_report_print), never from a
+ * signal handler, never with a lock of the runtime held. It must return promptly and must not call
  * rt_runtime_shutdown or rt_runtime_free. */
 typedef void (*rt_report_fn)(const rt_report *report, void *arg);
 
 /* The default report callback: one line on standard error, for example
  *   asyncrt: stall: task 42 "parser" on worker 1 polled for 212 ms, since
  *   server.c:88 in handle_client (spawned at server.c:40)
+ *   asyncrt: misuse: rt_chan_sender_drop(0x5581c0): no sender reference is
+ *   left to release (ignored), in task 7
  * arg is ignored. */
 void rt_report_print(const rt_report *report, void *arg);
 

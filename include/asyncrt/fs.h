@@ -22,6 +22,12 @@
  *   RT_FILE_IO_MAX), a reference to the file. It makes no system call and
  *   queues nothing, so an init that succeeded fails later only by the
  *   operation's result.
+ * - An operation initialised and never polled holds that record, so it must
+ *   still be dropped (or awaited); the drop frees the record, and no job
+ *   ever runs. Otherwise the record is leaked (with, for rt_file_open, the
+ *   file handle made for it), and so is the reference to the file: the
+ *   file's descriptor then stays open after rt_file_close. Initialising the
+ *   operation again without a drop leaks them the same way.
  * - The first poll queues one job on the pool of the runtime (the one
  *   given, or the file's); it waits its turn behind busy pool threads
  *   (rt_config.blocking_threads). The poll that finds the job ended

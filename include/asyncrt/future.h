@@ -105,6 +105,17 @@ typedef void (*rt_drop_fn)(void *state);
  *   address: it must not move until it finishes or is dropped (a task's
  *   state never moves). It may be initialised again once finished or
  *   dropped.
+ * - An operation that was initialised and never polled holds nothing,
+ *   unless its header says otherwise: dropping it or initialising it again
+ *   is then safe and enough, and so is leaving it as it is (a drop may
+ *   still touch the object the operation names, so it comes before that
+ *   object is freed). Where an init takes ownership of something or claims
+ *   something (a join takes its handle, a buffered read or a process wait
+ *   marks its reader or process busy, a file operation allocates a record
+ *   for its job), its header says so, and dropping or awaiting the
+ *   operation is then required: initialising it again, or forgetting it,
+ *   leaks or keeps what it took. A combinator never polled holds what the
+ *   operations given to it hold, and dropping it drops them.
  * One task (or thread polling by hand) polls a given operation at a time. */
 
 typedef struct rt_future rt_future;

@@ -41,18 +41,19 @@ typedef struct rt_group rt_group;
 
 /* How a group treats its children's results. */
 typedef struct rt_group_options {
-    /* Receives, as dispose(value, dispose_arg), every result of a child that
-     * finished with status 0 and that nobody collects; NULL: none. Called on
-     * the thread where that becomes known (a worker, or the caller of
-     * rt_group_free, join or close); it must not block. */
+    /* Receives, as dispose(value, dispose_arg), the result of every child
+     * that returned (status 0 or an error of its own: a result may come with
+     * either; a cancelled child has none) and that nobody collects; NULL:
+     * none. Called on the thread where that becomes known (a worker, or the
+     * caller of rt_group_free, join or close); it must not block. */
     void (*dispose)(void *value, void *arg);
     void *dispose_arg;
     /* Nonzero: keep no results. Each child's result goes to dispose as the
      * child finishes, so the group holds memory for its running children
      * only (a server's connections, say, which nobody collects one by one).
      * rt_group_next is refused (-EINVAL); joins and closes still wait for
-     * every child, and their *failed counts every child that finished with
-     * a non-zero status since the group was made. */
+     * every child, and their `failed` and `cancelled` count every child
+     * that failed or was cancelled since the group was made. */
     int discard;
 } rt_group_options;
 
@@ -99,57 +100,68 @@ void rt_group_cancel(rt_group *g);
 typedef struct rt_group_result {
     uint64_t id; /* the child's task id */
     void *value; /* its result (NULL when cancelled) */
-    int status;  /* 0, or -ECANCELED (aborted, or cancelled by shutdown) */
+    int status;  /* 0, the child's own error (RT_FAIL, rt_task_set_status), or
+                    -ECANCELED (aborted, or cancelled by shutdown) */
 } rt_group_result;
 
 /* One wait for the next finished child: an operation (see future.h) that
  * finishes with result 0 and the child in `child` (which is then no longer
  * counted), or with -ECHILD when the group has no child left and is closing
- * (rt_group_close began, so none can be added), or -EINVAL for a discarding
- * group. An open group with no child is not an error: the wait goes on
- * until a child is spawned into it and finishes, so a task may reap
- * children from the first spawn on without spinning. For a time limit, wrap
- * it in an rt_timeout (combine.h).
- * Abort safety: a finished child is collected only by a poll that finishes
- * the operation, so a dropped wait loses nothing. */
+ * (rt_group_close began, so none can be added). An open group with no child
+ * is not an error: the wait goes on until a child is spawned into it and
+ * finishes, so a task may reap children from the first spawn on without
+ * spinning. For a time limit, wrap it in an rt_timeout (combine.h). Abort
+ * safety: a finished child is collected only by a poll that finishes the
+ * operation, so a dropped wait loses nothing. */
 typedef struct rt_group_next {
     RT_FUTURE_HEADER;
     rt_group *group;       /* NULL once finished or dropped */
     rt_group_result child; /* the child collected */
 } rt_group_next;
 
-/* Prepares the wait. Errors: -EINVAL (op or g NULL). */
+/* Prepares the wait. Errors: -EINVAL (op or g NULL, or a discarding group,
+ * which keeps no result). Never polled, it holds nothing and needs no
+ * drop. */
 int rt_group_next_init(rt_group_next *op, rt_group *g);
 
 /* Waiting for every child: an operation (see future.h) made by
  * rt_group_join_all_init, which waits for them to finish by themselves, or
  * rt_group_close_init, which first cancels them (and refuses new spawns).
- * It finishes with result 0 when no child is left, and `failed` says how
- * many finished with a non-zero status (cancelled ones included). The
- * results are not returned: they go to the group's dispose function.
+ * It finishes with result 0 when no child is left; `failed` says how many
+ * children finished with an error of their own and `cancelled` how many
+ * were cancelled (aborted, cancelled by the close or by shutdown), so a
+ * child that failed never passes for a success. The results are not
+ * returned: they go to the group's dispose function.
  * Abort safety: results the wait already collected went to dispose;
  * children not yet finished stay in the group, and for rt_group_close they
  * stay cancelled (the group keeps refusing spawns). */
 typedef struct rt_group_wait {
     RT_FUTURE_HEADER;
-    rt_group *group; /* NULL once finished or dropped */
-    int closing;     /* rt_group_close: cancel first, then wait */
-    size_t failed;   /* children collected with a non-zero status so far */
+    rt_group *group;  /* NULL once finished or dropped */
+    int closing;      /* rt_group_close: cancel first, then wait */
+    size_t failed;    /* children collected with an error status so far */
+    size_t cancelled; /* children collected cancelled so far */
 } rt_group_wait;
 
-/* Prepares to wait for all children. Errors: -EINVAL (op or g NULL). */
+/* Prepares to wait for all children. Errors: -EINVAL (op or g NULL). Never
+ * polled, it holds nothing and needs no drop. */
 int rt_group_join_all_init(rt_group_wait *op, rt_group *g);
 
 /* Prepares to close the group: cancel every child, refuse new spawns
  * (-EPIPE), and wait until all have finished. Errors: -EINVAL (op or g
- * NULL). */
+ * NULL). The cancelling is done by the first poll: never polled, the close
+ * holds nothing, needs no drop, and has cancelled nothing (spawns are
+ * still taken). */
 int rt_group_close_init(rt_group_wait *op, rt_group *g);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
  * releases the owner's reference without waiting. Results not collected go
  * to dispose (now or as the children finish). Every group needs this call,
  * also after rt_group_close or rt_group_join_all completed (they wait, but
- * release nothing). g must not be used afterwards. NULL is a no-op. Any
+ * release nothing). g must not be used afterwards: a second rt_group_free
+ * while children still hold the group is reported as misuse and changes
+ * nothing; once they are gone the memory is freed, and a second call is a
+ * use after free (AddressSanitizer reports it). NULL is a no-op. Any
  * thread, drop functions included. */
 void rt_group_free(rt_group *g);
 

@@ -28,12 +28,17 @@
  * the open file description, which a dup'd descriptor keeps alive). An rt_io
  * belongs to its runtime: rt_runtime_shutdown (and so rt_runtime_free) stops
  * the reactor, then closes and frees those still open, so their pointers are
- * invalid afterwards. Operations on a closed rt_io are not allowed (its memory
- * is freed by the reactor soon after rt_io_close).
+ * invalid afterwards. An operation on a closed rt_io must not be polled (its
+ * memory is freed by the reactor soon after rt_io_close); it may still be
+ * dropped (see rt_io_close).
  *
  * Abort safety: an operation dropped while it waits loses nothing but its
  * stored waker, which the next poller replaces; bytes are only consumed by a
- * poll that finishes the operation. */
+ * poll that finishes the operation.
+ * Never polled: the operations of this header hold nothing, before their
+ * first poll or after it (a waiting one's waker is the rt_io's), so one
+ * initialised and never polled needs no drop, and dropping it or
+ * initialising it again is safe. */
 #ifndef ASYNCRT_IO_H
 #define ASYNCRT_IO_H
 
@@ -158,8 +163,11 @@ int rt_io_copy_init(rt_io_copy *op, rt_io *from, rt_io *to, void *buf, size_t le
 
 /* Removes the descriptor from the reactor, closes it and frees the rt_io.
  * Tasks waiting on it are woken (their next poll must not use it: the caller
- * coordinates). Returns 0 or the error of close(2) (the rt_io is freed
- * either way). NULL is a no-op. Any thread. */
+ * coordinates). Operations on it may still be dropped, before or after the
+ * rt_io is freed: a drop never touches the caller's rt_io, for the
+ * operations of this header, net.h, unix.h and bufio.h alike. Returns 0 or
+ * the error of close(2) (the rt_io is freed either way). NULL is a no-op.
+ * Any thread. */
 int rt_io_close(rt_io *io);
 
 #ifdef __cplusplus

@@ -140,7 +140,11 @@ typedef struct rt_process_wait {
 } rt_process_wait;
 
 /* Prepares a wait. Errors: -EINVAL (op or p NULL), -EBUSY (another wait on
- * p is unfinished). */
+ * p is unfinished). The init claims p (marks it busy) until the wait
+ * finishes or is dropped, so one initialised and never polled must still
+ * be dropped (or awaited), before rt_process_free. Otherwise every later
+ * wait on p, the same operation initialised again included, is refused
+ * with -EBUSY (rt_process_free still kills and reaps the child). */
 int rt_process_wait_init(rt_process_wait *op, rt_process *p);
 
 #ifdef __cplusplus

@@ -99,9 +99,11 @@ typedef struct rt_config {
      * environment variable ASYNCRT_STALL_MS holds a positive number of
      * milliseconds (read by rt_runtime_new). Default 0. >= 0. */
     int64_t stall_ns;
-    /* Where stall and lost wake-up reports go (diag.h, rt_report_fn).
-     * NULL: rt_report_print (one line on standard error). Lost wake-ups
-     * are always looked for, by the workers' registry sweeps. */
+    /* Where stall, lost wake-up and misuse reports go (diag.h,
+     * rt_report_fn). NULL: rt_report_print (one line on standard error).
+     * Lost wake-ups are always looked for, by the workers' registry
+     * sweeps; misuse (a reference released beyond its count) is reported
+     * here when a task of this runtime makes it. */
     void (*report)(const struct rt_report *report, void *arg);
     void *report_arg; /* passed to `report` */
     /* A signal (SIGQUIT, SIGUSR1, ...) at which the reactor thread writes a
@@ -181,26 +183,30 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
 
 /* Runs a future to completion on the runtime and blocks the calling thread
  * until it finishes; the future runs as an ordinary task (rt_current() works
- * inside it). Arguments as rt_spawn. On success returns 0 and writes the
- * result to *value (when value is not NULL).
- * Errors: -EINVAL (rt or poll NULL, state NULL with size > 0), -ENOMEM,
- * -ESHUTDOWN (runtime shut down), -ECANCELED (the runtime was shut down while
- * the future ran: its drop has run), -EDEADLK (called from a worker thread of
- * any asyncrt runtime, where blocking could deadlock it, or from a drop
- * function run by rt_runtime_shutdown). On every error but -ECANCELED the
- * future never ran and its drop was not called: the memory for the wait is
- * allocated before the future is spawned.
+ * inside it), over a copy of the `size` bytes at `state`, as rt_spawn.
+ * Returns 0 once the future ran: *value holds its result and *status its
+ * status (0, its own error, or -ECANCELED when the runtime was shut down
+ * while it ran; task.h, "Results and status"), either may be NULL, and its
+ * state as its drop left it is copied back to `state`, so the caller reads
+ * what the task kept there (a coordinator's totals, say) without a pointer.
+ * The drop has run by then: what it released must not be used.
+ * Errors, and then the future never ran, its drop was not called and
+ * `state` is unchanged (the memory for the wait is allocated before the
+ * future is spawned): -EINVAL (rt or poll NULL, state NULL with size > 0),
+ * -ENOMEM, -ESHUTDOWN (runtime shut down), -EDEADLK (called from a worker
+ * thread of any asyncrt runtime, where blocking could deadlock it, or from
+ * a drop function run by rt_runtime_shutdown).
  * Any thread that is not a worker. */
-int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-                void **value);
+int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state, size_t size,
+                void **value, int *status);
 
 /* rt_block_on recording `site` ("file:line" with static storage, or NULL)
  * as where the task was spawned (task.h, "Spawn sites"). */
-int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
-                   const void *state, size_t size, void **value);
-#define rt_block_on(rt, poll, drop, state, size, value)                                            \
+int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state,
+                   size_t size, void **value, int *status);
+#define rt_block_on(rt, poll, drop, state, size, value, status)                                    \
     rt_block_on_at(__FILE__ ":" RT__BLOCK_ON_STR(__LINE__), (rt), (poll), (drop), (state), (size), \
-                   (value))
+                   (value), (status))
 #define RT__BLOCK_ON_STR(x) RT__BLOCK_ON_STR_(x)
 #define RT__BLOCK_ON_STR_(x) #x
 

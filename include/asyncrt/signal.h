@@ -85,7 +85,12 @@ typedef struct rt_signal_recv {
     rt_io_ready queued; /* its signalfd, for a signal blocked everywhere */
 } rt_signal_recv;
 
-/* Prepares a receive. Errors: -EINVAL (op or s NULL). */
+/* Prepares a receive. Errors: -EINVAL (op or s NULL), -EBUSY (another
+ * receive on s is unfinished). The init claims s (marks it busy) until the
+ * receive finishes or is dropped, so one initialised and never polled must
+ * still be dropped (or awaited), before rt_signal_free. Otherwise every
+ * later receive on s, the same operation initialised again included, is
+ * refused with -EBUSY. */
 int rt_signal_recv_init(rt_signal_recv *op, rt_signal *s);
 
 #ifdef __cplusplus

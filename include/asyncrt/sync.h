@@ -9,7 +9,9 @@
  * (*_ref) and gives it back (*_unref) after dropping its own operations on
  * it, from its drop function too, and the last one frees it. The reference
  * count is atomic; the decrement is a full barrier, so every use by one
- * holder happens before the free by another. Waiting is done with
+ * holder happens before the free by another. Since the last release frees
+ * the object, a release beyond the count is a use after free, which
+ * AddressSanitizer reports (the objects come from malloc). Waiting is done with
  * operations (see future.h): init, RT_POLL until RT_READY, RT_DROP if
  * abandoned. A lock or an acquisition awaited with RT_AWAIT_HOLD in a
  * coroutine is given back by itself when the task ends or is dropped, by
@@ -27,6 +29,11 @@
  * the queue, leaving no dangling waker; dropping one that was granted
  * permits (or a notification) it had not yet collected gives them back (or
  * passes the notification on), so nothing is leaked by an aborted waiter.
+ * Never polled: an acquisition, a lock or a notification wait joins its
+ * queue only at its first poll (rt_notified_init reads a count, which holds
+ * nothing), so one initialised and never polled holds nothing and needs no
+ * drop; dropping it or initialising it again is safe. A drop locks the
+ * primitive, so it comes before its *_destroy or the caller's *_unref.
  * Every successful acquisition spends one unit of the cooperative budget
  * (rt_coop_proceed). */
 #ifndef ASYNCRT_SYNC_H

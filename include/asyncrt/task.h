@@ -5,12 +5,23 @@
  * handle (rt_task *): a counted reference through which the result is read,
  * the task aborted, or interest given up. Every handle must end in exactly one
  * of: an rt_task_join operation initialised with it (which owns it from
- * then on), rt_task_wait returning 0 or -ECANCELED, or rt_task_detach; each
- * of those releases it. A spawn that fails writes NULL to its handle.
+ * then on), rt_task_wait returning 0, or rt_task_detach; each of those
+ * releases it. A spawn that fails writes NULL to its handle. A handle used
+ * or released after its release (a second rt_task_detach, a wait or a join
+ * of a released handle) is reported as misuse (diag.h, RT_REPORT_MISUSE)
+ * and changes nothing while the task's memory still exists; once it is
+ * freed it is a use after free, which AddressSanitizer reports (under ASan
+ * every task is allocated with malloc, so that its quarantine sees it).
  *
- * A task's result is a `void *`. The runtime never frees it: when nobody joins
- * a task, a result that owns memory is leaked, so detached tasks should return
- * NULL or release what they return themselves. */
+ * Results and status. A task finishes with a result, a `void *`, and a
+ * status: 0, or an error of its own (a negative errno) that it set with
+ * RT_FAIL or RT_RETURN_STATUS (coroutines, coro.h) or rt_task_set_status
+ * (any poll function), or -ECANCELED when it was aborted or cancelled by
+ * shutdown (its result is then NULL). A join, rt_task_wait, rt_group_next
+ * and rt_join_all report both; a task group counts the failed and the
+ * cancelled apart (group.h). The runtime never frees a result: when nobody
+ * joins a task, a result that owns memory is leaked, so detached tasks
+ * should return NULL or release what they return themselves. */
 #ifndef ASYNCRT_TASK_H
 #define ASYNCRT_TASK_H
 
@@ -62,12 +73,17 @@ int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state
 #define RT__STRINGIFY_(x) #x
 
 /* Awaiting a task: an operation (see future.h) that owns the join handle
- * from its init on. It finishes with result 0 and the task's result in
- * `value`, or with -ECANCELED (`value` NULL) when the task was aborted or
- * the runtime shut down before it finished; either way the handle is
- * released and the task's drop function has run. Dropped unfinished, it
- * detaches the handle: the task keeps running and its result is discarded
- * (or, with abort_on_drop, it is aborted first).
+ * from its init on. It finishes with result the task's status (0, the
+ * task's own error, or -ECANCELED when the task was aborted or the runtime
+ * shut down before it finished) and the task's result in `value` (NULL
+ * when cancelled); either way the handle is released and the task's drop
+ * function has run. Dropped unfinished, it detaches the handle: the task
+ * keeps running and its result is discarded (or, with abort_on_drop, it is
+ * aborted first). One that was initialised and never polled must still be
+ * dropped (or awaited): it owns the handle. Otherwise, or when it is
+ * initialised again first, the handle is never released: the task still
+ * runs to its end, but its memory is never freed (a task dump lists it as
+ * finished, not joined).
  * Any thread, with any waker (user wakers too). */
 typedef struct rt_task_join {
     RT_FUTURE_HEADER;
@@ -87,19 +103,35 @@ int rt_task_join_init(rt_task_join *op, rt_task *task);
 
 /* Blocks the calling thread until the task finishes or `timeout_ns`
  * nanoseconds pass (timeout_ns < 0: no limit).
- * Returns 0 (*value holds the result) or -ECANCELED; both release the handle,
- * and the task's drop function has run by then.
- * -ETIMEDOUT: the time passed; the handle stays valid and owned by the caller.
- * -EDEADLK: called from a worker thread of any asyncrt runtime (even for a
- * finished task), or from a drop function run by rt_runtime_shutdown; the
- * handle stays valid.
- * -EINVAL: task NULL. -ENOMEM: no memory for the wait; the handle stays valid.
- * value may be NULL. Any thread that is not an asyncrt worker. */
-int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value);
+ * Returns 0 once the task finished, however it did: *value holds its result
+ * and *status its status (0, its own error, or -ECANCELED: see "Results and
+ * status" above); the handle is released, and the task's drop function has
+ * run by then. value and status may be NULL.
+ * Every other return is the wait's own error, and the handle stays valid and
+ * owned by the caller: -ETIMEDOUT (the time passed), -EDEADLK (called from a
+ * worker thread of any asyncrt runtime, even for a finished task, or from a
+ * drop function run by rt_runtime_shutdown), -ENOMEM (no memory for the
+ * wait), -EINVAL (task NULL); *value and *status are left as they were.
+ * Any thread that is not an asyncrt worker. */
+int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value, int *status);
+
+/* Sets the status the calling task finishes with (see "Results and status"
+ * above) when this poll returns RT_READY: 0, or a negative errno. For a
+ * poll function that is not a coroutine (a coroutine uses RT_FAIL):
+ *     rt_task_set_status(cx, -EPROTO);
+ *     *out = NULL;
+ *     return RT_READY;
+ * Only from the task's own poll function with the context it was given
+ * (cx's waker is the task's); a later call in the same poll replaces the
+ * status. Errors: -EINVAL (status > 0, cx NULL, or not called from a
+ * task's poll with its own context: a future polled by hand, on a foreign
+ * thread, has no task to give a status to). */
+int rt_task_set_status(rt_context *cx, int status);
 
 /* Gives up the handle: the task keeps running (or stays finished) and its
- * result is discarded. The handle must not be used again. NULL is a no-op.
- * Any thread, including from a drop function. */
+ * result is discarded. The handle must not be used again (see the top for
+ * what a second release does). NULL is a no-op. Any thread, including from
+ * a drop function. */
 void rt_task_detach(rt_task *task);
 
 /* Requests cancellation. A task that has not finished is not polled again:

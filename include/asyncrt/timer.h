@@ -9,7 +9,9 @@
  * A sleep is an operation (see future.h): init, RT_POLL until RT_READY,
  * RT_DROP if abandoned. Timeouts and deadlines around any operation are in
  * combine.h. Abort safety: dropping an unfinished sleep or interval cancels
- * its timer; nothing else is lost. */
+ * its timer; nothing else is lost. Never polled, a sleep or an interval
+ * holds nothing (its timer is armed by the first poll that waits): it
+ * needs no drop, and dropping it or initialising it again is safe. */
 #ifndef ASYNCRT_TIMER_H
 #define ASYNCRT_TIMER_H
 

@@ -20,6 +20,11 @@
  * Hand-offs through liburcu's queues are invisible to TSan in every build;
  * rt__tsan_release()/rt__tsan_acquire() mark them.
  *
+ * An AddressSanitizer build (RT_ASAN) uses the __atomic builtins too: ASan
+ * does not see inside ck_pr's asm, so an atomic access to freed memory (a
+ * reference count released once too often, a task word of a freed task)
+ * would go unreported.
+ *
  * This header is internal and not installed. */
 #ifndef RT_SRC_ATOMIC_H
 #define RT_SRC_ATOMIC_H
@@ -27,7 +32,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifndef RT_TSAN
+/* The accesses are __atomic builtins, which the sanitizers see. */
+#if defined(RT_TSAN) || defined(RT_ASAN)
+#define RT__ATOMIC_BUILTINS 1
+#endif
+
+#ifndef RT__ATOMIC_BUILTINS
 #include <ck_pr.h>
 #endif
 
@@ -51,11 +61,16 @@ extern void (*volatile rt__debug_window_hook)(const char *window);
 #define RT__DEBUG_WINDOW(name) ((void)0)
 #endif
 
+#ifdef RT__ATOMIC_BUILTINS
 #ifdef RT_TSAN
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 #define rt__tsan_acquire(p) __tsan_acquire((void *)(p))
 #define rt__tsan_release(p) __tsan_release((void *)(p))
+#else
+#define rt__tsan_acquire(p) ((void)(p))
+#define rt__tsan_release(p) ((void)(p))
+#endif
 
 static inline uint64_t rt__load_relaxed_u64(const uint64_t *p)
 {
@@ -315,7 +330,7 @@ static inline void rt__fence_thief(void)
     ck_pr_fence_memory();
 #endif
 }
-#endif /* RT_TSAN */
+#endif /* RT__ATOMIC_BUILTINS */
 
 /* Per-worker statistics: written by one thread, read by any. A relaxed load and
  * store, never an RMW, so counting costs no locked instruction. */

@@ -338,48 +338,6 @@ void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
     rt__reactor_look_end(&rt->reactor);
 }
 
-/* ---- Reports ------------------------------------------------------------------ */
-
-void rt__report(rt_runtime *rt, const rt_report *rep)
-{
-    if (rt->config.report != NULL)
-        rt->config.report(rep, rt->config.report_arg);
-    else
-        rt_report_print(rep, NULL);
-}
-
-RT_EXPORT void rt_report_print(const rt_report *rep, void *arg)
-{
-    (void)arg;
-    if (rep == NULL)
-        return;
-    char where[256] = "";
-    if (rep->await_file != NULL)
-        snprintf(where, sizeof where, " at %s:%d in %s", rep->await_file, rep->await_line,
-                 rep->await_function != NULL ? rep->await_function : "?");
-    char spawned[160] = "";
-    if (rep->spawned_at != NULL)
-        snprintf(spawned, sizeof spawned, " (spawned at %s)", rep->spawned_at);
-    char name[96] = "";
-    if (rep->task_name != NULL)
-        snprintf(name, sizeof name, " \"%s\"", rep->task_name);
-    /* One line, one write: reports from several threads do not mix. */
-    char line[640];
-    if (rep->kind == RT_REPORT_STALL)
-        snprintf(
-            line, sizeof line,
-            "asyncrt: stall: task %llu%s on worker %d has been polled for %lld ms, since%s%s\n",
-            (unsigned long long)rep->task_id, name, rep->worker,
-            (long long)(rep->duration_ns / 1000000),
-            where[0] != '\0' ? where : " its start (no coroutine record)", spawned);
-    else
-        snprintf(line, sizeof line,
-                 "asyncrt: lost wake-up: task %llu%s waits%s and no waker for it exists%s\n",
-                 (unsigned long long)rep->task_id, name,
-                 where[0] != '\0' ? where : " (no coroutine record)", spawned);
-    fputs(line, stderr);
-}
-
 /* ---- Finding a running task for the watchdog --------------------------------- */
 
 /* Whether r holds `t`; if so a reference is taken and *site set. Compares

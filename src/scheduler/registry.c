@@ -129,17 +129,24 @@ static bool sweep_worthwhile(const rt__registry *r, uint64_t polls)
 void rt__registry_sweep_idle(rt__worker *w)
 {
     /* Lost wake-ups are looked for here, where no lock is held and the
-     * worker has nothing better to do, and reported after the sweep. */
+     * worker has nothing better to do, and reported after each sweep. A
+     * sweep stores at most RT__LOST_PER_SWEEP of them; one that found that
+     * many sweeps again at once (the ones reported are marked and passed
+     * over), so that every lost task is reported before the worker parks,
+     * however many there are. */
     rt__registry_entry lost[RT__LOST_PER_SWEEP];
-    unsigned nlost = 0;
+    int n;
     uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
-    if (sweep_worthwhile(&w->registry, polls)) {
-        int n = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
+    bool due = sweep_worthwhile(&w->registry, polls);
+    while (due) {
+        n = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
         /* A sweep skipped for a dump's copy is owed: the count stays. */
-        if (n >= 0) {
-            nlost = (unsigned)n;
-            w->registry.polls_at_sweep = polls;
-        }
+        if (n < 0)
+            break;
+        w->registry.polls_at_sweep = polls;
+        if (n > 0)
+            rt__report_lost(w, lost, (unsigned)n);
+        due = n == RT__LOST_PER_SWEEP;
     }
     /* Foreign-spawned tasks run on every worker: use the total polls. Every
      * worker about to park looks at every shard (a shard swept lately is
@@ -151,18 +158,20 @@ void rt__registry_sweep_idle(rt__worker *w)
         all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
     for (unsigned s = 0; s < rt->nforeign; s++) {
         rt__foreign_shard *sh = &rt->foreign[s];
-        if (pthread_mutex_trylock(&sh->lock) != 0)
-            continue;
-        if (sweep_worthwhile(&sh->registry, all)) {
-            int n = rt__registry_sweep(&sh->registry, &sh->cache, lost + nlost,
-                                       RT__LOST_PER_SWEEP - nlost);
-            if (n >= 0) {
-                nlost += (unsigned)n;
-                sh->registry.polls_at_sweep = all;
+        for (bool first = true;; first = false) {
+            if (pthread_mutex_trylock(&sh->lock) != 0)
+                break;
+            n = -1;
+            if (!first || sweep_worthwhile(&sh->registry, all)) {
+                n = rt__registry_sweep(&sh->registry, &sh->cache, lost, RT__LOST_PER_SWEEP);
+                if (n >= 0)
+                    sh->registry.polls_at_sweep = all;
             }
+            pthread_mutex_unlock(&sh->lock);
+            if (n > 0)
+                rt__report_lost(w, lost, (unsigned)n);
+            if (n != RT__LOST_PER_SWEEP)
+                break;
         }
-        pthread_mutex_unlock(&sh->lock);
     }
-    if (nlost > 0)
-        rt__report_lost(w, lost, nlost);
 }

@@ -13,6 +13,7 @@
 #include "events.h"
 #include "operation.h"
 #include "blocking.h"
+#include "misuse.h"
 #include "runtime.h"
 #include "spawning.h"
 
@@ -128,7 +129,8 @@ static int spawn_pinned_worker(rt_runtime *rt, const rt_spawn_options *opts)
  * call more per spawn shows in spawn-heavy programs. */
 static inline __attribute__((always_inline)) int
 spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-           const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
+           const void *state, size_t size, rt_task **handle, uint64_t id, const char *site,
+           rt__task_finish_fn on_finish, void *finish_arg)
 {
     if (handle != NULL)
         *handle = NULL;
@@ -168,8 +170,9 @@ spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_dro
     }
     int err = -ENOMEM;
     uint64_t flags;
-    bool timed = rt->config.poll_timing != 0;
-    rt_task *t = rt__task_alloc(cache, size, name, pinned, timed, &flags);
+    const rt__task_extras extras = {name, pinned, rt->config.poll_timing != 0, on_finish,
+                                    finish_arg};
+    rt_task *t = rt__task_alloc(cache, size, &extras, &flags);
     if (t == NULL)
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
@@ -179,13 +182,13 @@ spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_dro
     t->state = flags | RT__TASK_RUNNING | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
                refs * RT__TASK_REF_ONE;
     t->u.poll = poll;
-    t->drop = drop;
+    t->fin.drop = drop;
     t->rt = rt;
     t->join_waker = rt_waker_noop();
     t->id = id != 0 ? id : rt__task_new_id();
     if (size > 0)
         memcpy(t->future_state, state, size);
-    if (timed)
+    if (extras.timed)
         rt__store_relaxed_u64(&rt__task_timing_of(t)->woken_ns, (uint64_t)rt__now_ns());
     err = rt__registry_insert(rt, registry, t, site, cache);
     if (err < 0) {
@@ -207,28 +210,29 @@ out:
 }
 
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site)
+              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site,
+              rt__task_finish_fn on_finish, void *finish_arg)
 {
-    return spawn_impl(rt, opts, poll, drop, state, size, handle, id, site);
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, id, site, on_finish, finish_arg);
 }
 
 RT_EXPORT int(rt_spawn_ex)(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
                            rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
 {
-    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, NULL);
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, NULL, NULL, NULL);
 }
 
 RT_EXPORT int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
                              rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
                              rt_task **handle)
 {
-    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, site);
+    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, site, NULL, NULL);
 }
 
 RT_EXPORT int(rt_spawn)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
                         size_t size, rt_task **handle)
 {
-    return spawn_impl(rt, NULL, poll, drop, state, size, handle, 0, NULL);
+    return spawn_impl(rt, NULL, poll, drop, state, size, handle, 0, NULL, NULL, NULL);
 }
 
 RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
@@ -237,7 +241,7 @@ RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn pol
     rt_spawn_options opts;
     rt_spawn_options_init(&opts);
     opts.worker = RT_WORKER_CURRENT;
-    return spawn_impl(rt, &opts, poll, drop, state, size, handle, 0, site);
+    return spawn_impl(rt, &opts, poll, drop, state, size, handle, 0, site, NULL, NULL);
 }
 
 RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
@@ -247,6 +251,9 @@ RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, 
 }
 
 /* ---- The current task, abort and waiting ---------------------------------- */
+
+/* What a misuse report says of a handle used after its release. */
+static const char HANDLE_GONE[] = "the join handle was released already";
 
 RT_EXPORT uint64_t rt_task_current_id(void)
 {
@@ -259,20 +266,38 @@ RT_EXPORT const char *rt_task_current_name(void)
     return rt_task_name(rt__task_current());
 }
 
-RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value)
+RT_EXPORT void rt_task_detach(rt_task *task)
+{
+    if (task != NULL && !rt__task_release_handle(task))
+        rt__report_misuse("rt_task_detach", task, HANDLE_GONE);
+}
+
+RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value, int *status)
 {
     if (task == NULL)
         return -EINVAL;
+    if (!rt__task_handle_held(task)) {
+        rt__report_misuse("rt_task_wait", task, HANDLE_GONE);
+        return -EINVAL;
+    }
     if (rt__worker_current() != NULL || rt__thread_in_shutdown())
         return -EDEADLK;
-    if (value != NULL)
-        *value = NULL;
     rt__thread_waker *tw = rt__thread_waker_new();
     if (tw == NULL)
         return -ENOMEM;
-    int status = rt__task_wait_with(task, tw, timeout_ns, value);
+    int err = rt__task_wait_with(task, tw, timeout_ns, value, status, NULL, 0);
     rt__thread_waker_release(tw);
-    return status;
+    return err;
+}
+
+RT_EXPORT int rt_task_set_status(rt_context *cx, int status)
+{
+    rt__worker *w = rt__worker_current();
+    if (status > 0 || cx == NULL || w == NULL || w->own.current == NULL ||
+        cx->waker.vtable != &rt__task_waker_vtable || cx->waker.data != w->own.current)
+        return -EINVAL;
+    w->own.poll_status = status;
+    return 0;
 }
 
 RT_EXPORT void rt_task_abort(rt_task *task)
@@ -303,6 +328,12 @@ RT_EXPORT void rt_task_abort(rt_task *task)
 static rt_poll join_vpoll(rt_future *f, rt_context *cx)
 {
     rt_task_join *op = (rt_task_join *)f;
+    if (rt__unlikely(!rt__task_handle_held(op->task))) {
+        /* Detached (or waited for) behind the join's back. */
+        rt__report_misuse("rt_task_join", op->task, HANDLE_GONE);
+        op->task = NULL;
+        return rt__future_finish(f, -EINVAL);
+    }
     int status;
     if (rt__task_join_poll(op->task, cx, &op->value, &status) == RT_PENDING)
         return RT_PENDING;
@@ -347,6 +378,12 @@ RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
     op->abort_on_drop = false;
     if (task == NULL) {
         rt__future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
+    if (!rt__task_handle_held(task)) {
+        op->task = NULL; /* not the join's to release */
+        rt__future_finish(&op->future, -EINVAL);
+        rt__report_misuse("rt_task_join_init", task, HANDLE_GONE);
         return -EINVAL;
     }
     return 0;

@@ -11,6 +11,8 @@
 #include <asyncrt/runtime.h>
 #include <asyncrt/task.h>
 
+#include "task_internal.h"
+
 /* The waker of a runtime task: data is the task (spawn.c). */
 extern const rt_waker_vtable rt__task_waker_vtable;
 
@@ -18,8 +20,11 @@ extern const rt_waker_vtable rt__task_waker_vtable;
  * rt__task_new_id; 0: a new one), so that the caller knows it without
  * touching the task, which may be finished and freed by the time the spawn
  * returns; `site` is where the spawn was called ("file:line", a string
- * with static storage, or NULL), for task dumps. */
+ * with static storage, or NULL), for task dumps; on_finish (NULL: none) is
+ * told how the task ended, with finish_arg (task_internal.h,
+ * rt__task_finish_fn). *handle is written before the task can run. */
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site);
+              const void *state, size_t size, rt_task **handle, uint64_t id, const char *site,
+              rt__task_finish_fn on_finish, void *finish_arg);
 
 #endif

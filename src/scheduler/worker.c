@@ -27,6 +27,7 @@
  * injected work at most injector_interval polls, and about
  * RT__INJECTOR_CHECK_NS of polling once the worker has measured its polls. */
 #include <assert.h>
+#include <errno.h>
 #include <sched.h>
 
 #include <asyncrt/coro.h>
@@ -185,8 +186,8 @@ static void cancel_running(rt__worker *w, rt_task *t)
      * its own waker from there is harmless, the task completes next. */
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     rt__task_drop_future(t);
+    rt__task_finish(t, NULL, -ECANCELED);
     rt__store_relaxed_ptr((void **)&w->own.current, NULL);
-    t->u.output = NULL;
     rt__stat_add(&w->cancelled, 1);
     rt__task_complete(t, true, 1); /* and the run queue's reference */
 }
@@ -280,6 +281,7 @@ static void run_task(rt__worker *w, rt_task *t)
     }
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
+    w->own.poll_status = 0;
     rt__budget_open(w->budget_limit);
     RT__EV_POLL_START(t->id, w->index);
     rt_poll r = t->u.poll(t->future_state, &cx, &out);
@@ -294,8 +296,13 @@ static void run_task(rt__worker *w, rt_task *t)
      * the task running has this poll to make the next sweep worthwhile
      * (registry.c), which finds the task idle. */
     if (r == RT_READY) {
-        t->u.output = out;
+        /* The status: rt_task_set_status's, else a coroutine's own (RT_FAIL).
+         * CORO may have been set by this very poll: read the word again. */
+        int status = w->own.poll_status;
+        if (status == 0 && (rt__load_relaxed_u64(&t->state) & RT__TASK_CORO))
+            status = ((const rt_coro *)t->future_state)->status;
         rt__task_drop_future(t);
+        rt__task_finish(t, out, status);
         rt__store_relaxed_ptr((void **)&w->own.current, NULL);
         rt__stat_add(&w->stats.polls, 1);
         rt__stat_add(&w->completed, 1);

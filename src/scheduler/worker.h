@@ -30,6 +30,9 @@ typedef struct rt__worker_own {
     struct rt_task *current;
     /* The current task woke itself during this poll (see the task word). */
     bool current_notified;
+    /* The status the current poll gave its task (rt_task_set_status): 0
+     * before each poll. */
+    int32_t poll_status;
     /* The current poll pushed surplus work: notify a sleeper after it. */
     bool announce_after_poll;
     /* The last injector pop found a producer mid-enqueue or the lock taken. */

@@ -30,34 +30,35 @@ void rt__task_recycle(rt__block_cache *cache, rt_task *t)
     }
 }
 
-rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, bool timed,
-                              uint64_t *flags)
+rt_task *rt__task_alloc_large(size_t size, const rt__task_extras *x, uint64_t *flags)
 {
     rt_task *t;
-    if (name == NULL && pinned == -1 && !timed) {
+    if (rt__task_extras_none(x)) {
         *flags = 0;
         return rt__malloc(sizeof(rt_task) + size);
     }
-    size_t name_len = name != NULL ? strnlen(name, RT_TASK_NAME_MAX) : 0;
-    size_t name_bytes = name != NULL ? name_len + 1 : 0;
-    size_t timing = timed ? sizeof(rt__task_timing) : 0;
+    size_t name_len = x->name != NULL ? strnlen(x->name, RT_TASK_NAME_MAX) : 0;
+    size_t name_bytes = x->name != NULL ? name_len + 1 : 0;
+    size_t timing = x->timed ? sizeof(rt__task_timing) : 0;
     char *base = rt__malloc(timing + sizeof(rt__task_ext) + sizeof(rt_task) + size + name_bytes);
     if (base == NULL)
         return NULL;
-    if (timed)
+    if (x->timed)
         memset(base, 0, timing);
     t = (rt_task *)(base + timing + sizeof(rt__task_ext));
     rt__task_ext *ext = rt__task_ext_of(t);
     ext->name = NULL;
-    ext->pinned = pinned;
+    ext->pinned = x->pinned;
     ext->unused = 0;
-    if (name != NULL) {
+    ext->on_finish = x->on_finish;
+    ext->finish_arg = x->finish_arg;
+    if (x->name != NULL) {
         char *copy = (char *)t->future_state + size;
-        memcpy(copy, name, name_len);
+        memcpy(copy, x->name, name_len);
         copy[name_len] = '\0';
         ext->name = copy;
     }
-    *flags = RT__TASK_EXTENDED | (timed ? RT__TASK_TIMED : 0);
+    *flags = RT__TASK_EXTENDED | (x->timed ? RT__TASK_TIMED : 0);
     return t;
 }
 
@@ -124,7 +125,7 @@ void rt__task_cancel_at_shutdown(rt_task *t)
 {
     rt__task_state_claim_for_shutdown(t);
     rt__task_drop_future(t);
-    t->u.output = NULL;
+    rt__task_finish(t, NULL, -ECANCELED);
     rt__task_complete(t, true, 0);
     /* A queue entry, if any, is drained later; the registry drops its own. */
 }
@@ -155,8 +156,8 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(voi
 {
     uint64_t flags;
     /* Marked as a job in its prefix, for rt_task_abort. */
-    rt_task *t =
-        rt__task_alloc(NULL, sizeof(struct job_state), NULL, RT__TASK_PINNED_JOB, false, &flags);
+    const rt__task_extras x = {.pinned = RT__TASK_PINNED_JOB};
+    rt_task *t = rt__task_alloc(NULL, sizeof(struct job_state), &x, &flags);
     if (t == NULL)
         return NULL;
     /* References: the pool queue's, and the handle's. */
@@ -164,7 +165,7 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(voi
     t->state =
         flags | RT__TASK_NOTIFIED | (handle ? RT__TASK_JOIN_INTEREST : 0) | refs * RT__TASK_REF_ONE;
     t->u.poll = job_never_polled;
-    t->drop = NULL;
+    t->fin.drop = NULL;
     t->rt = rt;
     t->join_waker = rt_waker_noop();
     t->id = rt__task_new_id();
@@ -185,14 +186,13 @@ void rt__task_run_job(rt_task *t)
     assert((prev & (RT__TASK_NOTIFIED | RT__TASK_RUNNING | RT__TASK_COMPLETE)) ==
            RT__TASK_NOTIFIED);
     bool cancelled = (prev & RT__TASK_CANCELLED) != 0;
-    t->u.output = NULL;
     struct job_state js;
     memcpy(&js, t->future_state, sizeof(js));
-    if (!cancelled)
-        t->u.output = js.fn(js.arg);
+    void *value = cancelled ? NULL : js.fn(js.arg);
     /* Before the completion, so that a joiner finds the argument released. */
     if (js.release != NULL)
         js.release(js.arg);
+    rt__task_finish(t, value, cancelled ? -ECANCELED : 0);
     /* No registry reference keeps the task alive here, so the queue's
      * reference is dropped separately, after the completion. */
     rt__task_complete(t, cancelled, 0);
@@ -227,14 +227,25 @@ static bool task_set_join_waker(rt_task *t, const rt_waker *waker, uint64_t s)
     return rt__task_state_publish_join_waker(t);
 }
 
-static void task_release_handle(rt_task *t)
+bool rt__task_release_handle(rt_task *t)
 {
     uint64_t s = rt__task_state_release_handle(t);
+    if (!(s & RT__TASK_JOIN_INTEREST))
+        return false;
     /* Unless the completer is using the field right now (it then sees the
      * interest gone and drops the waker itself), the field is ours. */
     if (!((s & RT__TASK_COMPLETE) && (s & RT__TASK_JOIN_WAKER)))
         rt_waker_drop(&t->join_waker);
     rt__task_unref(t, 1);
+    return true;
+}
+
+/* The join's release. A handle its owner released meanwhile from another
+ * thread (detached while a join owned it) is left alone: the scheduler's
+ * entry points check the handle, and report, before they join. */
+static void task_release_handle(rt_task *t)
+{
+    (void)rt__task_release_handle(t);
 }
 
 static void task_read_result(rt_task *t, uint64_t s, void **value, int *status)
@@ -243,14 +254,18 @@ static void task_read_result(rt_task *t, uint64_t s, void **value, int *status)
     if (value != NULL)
         *value = cancelled ? NULL : t->u.output;
     if (status != NULL)
-        *status = cancelled ? -ECANCELED : 0;
+        *status = cancelled ? -ECANCELED : (int)t->fin.status;
 }
 
-rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *status)
+/* One join attempt; a finished task's state is copied to copy_to (size
+ * bytes; NULL: nothing) before the handle goes. */
+static rt_poll join_poll(rt_task *task, rt_context *cx, void **value, int *status, void *copy_to,
+                         size_t size)
 {
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
-    /* Acquire pairs with the completer's release of COMPLETE (output). */
+    /* Acquire pairs with the completer's release of COMPLETE: the output,
+     * the status and what the drop left in the state are visible. */
     uint64_t s = rt__load_acquire_u64(&task->state);
     if (!(s & RT__TASK_COMPLETE)) {
         if (task_set_join_waker(task, rt_context_waker(cx), s)) {
@@ -260,8 +275,15 @@ rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *sta
         s = rt__load_acquire_u64(&task->state);
     }
     task_read_result(task, s, value, status);
+    if (copy_to != NULL && size > 0)
+        memcpy(copy_to, task->future_state, size);
     task_release_handle(task);
     return RT_READY;
+}
+
+rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *status)
+{
+    return join_poll(task, cx, value, status, NULL, 0);
 }
 
 /* The join as the poll rt__thread_waker_block repeats. */
@@ -269,27 +291,29 @@ struct wait_join {
     rt_task *task;
     void **value;
     int status;
+    void *copy_to;
+    size_t size;
 };
 
 static rt_poll wait_join_poll(void *arg, rt_context *cx)
 {
     struct wait_join *j = arg;
-    return rt__task_join_poll(j->task, cx, j->value, &j->status);
+    return join_poll(j->task, cx, j->value, &j->status, j->copy_to, j->size);
 }
 
-int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value)
+int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value,
+                       int *status, void *copy_to, size_t size)
 {
-    if (value != NULL)
-        *value = NULL;
-    struct wait_join j = {task, value, 0};
+    void *v = NULL;
+    struct wait_join j = {task, &v, 0, copy_to, size};
     int err = rt__thread_waker_block(tw, wait_join_poll, &j, timeout_ns);
-    return err < 0 ? err : j.status;
-}
-
-RT_EXPORT void rt_task_detach(rt_task *task)
-{
-    if (task != NULL)
-        task_release_handle(task);
+    if (err < 0)
+        return err;
+    if (value != NULL)
+        *value = v;
+    if (status != NULL)
+        *status = j.status;
+    return 0;
 }
 
 RT_EXPORT bool rt_task_is_finished(const rt_task *task)

@@ -111,8 +111,15 @@ struct rt_task {
         rt_poll_fn poll;
         void *output;
     } u;
-    /* Releases the state; NULL when there is nothing to release. */
-    rt_drop_fn drop;
+    /* Until the drop has run, what releases the state (NULL when there is
+     * nothing to release); then the status the task finished with (0, or a
+     * negative errno of its own; a cancelled task's is CANCELLED in the
+     * word). Written by the owner of RUNNING before its release of
+     * COMPLETE, read after an acquire that sees COMPLETE, as `output`. */
+    union {
+        rt_drop_fn drop;
+        int64_t status;
+    } fin;
     /* The runtime the task belongs to; never dereferenced once COMPLETE, so a
      * task may outlive its runtime. */
     rt_runtime *rt;
@@ -327,11 +334,15 @@ static inline bool rt__task_state_publish_join_waker(rt_task *t)
 /* release the handle: clears JOIN_INTEREST, and JOIN_WAKER unless COMPLETE.
  * Returns the word before. When it was COMPLETE with JOIN_WAKER set, the
  * completer is using the field and drops the waker itself; otherwise the
- * caller does. The handle's reference is the caller's to drop. */
+ * caller does. The handle's reference is the caller's to drop. A word
+ * without JOIN_INTEREST is returned unchanged: the handle was released
+ * already (a misuse the caller reports), and nothing is changed. */
 static inline uint64_t rt__task_state_release_handle(rt_task *t)
 {
     uint64_t s = rt__load_acquire_u64(&t->state);
     for (;;) {
+        if (!(s & RT__TASK_JOIN_INTEREST))
+            return s;
         uint64_t next = s & ~RT__TASK_JOIN_INTEREST;
         if (!(s & RT__TASK_COMPLETE))
             next &= ~RT__TASK_JOIN_WAKER;
@@ -425,14 +436,23 @@ static inline bool rt__task_state_unhold(rt_task *t)
 
 /* What a task spawned with options keeps, just before its header in the
  * same allocation (so the header stays one cache line for every task). */
+/* Told how a task ended, once its drop has run and before it is COMPLETE
+ * (so before any joiner can see the outcome): its result and status (0, its
+ * own error, or -ECANCELED). Runs on the thread that completes the task (a
+ * worker, or the shutdown's caller), as the task: it must not block. What a
+ * group child reports to its group through (group.c). */
+typedef void (*rt__task_finish_fn)(void *arg, rt_task *t, void *value, int status);
+
 typedef struct rt__task_ext {
-    const char *name; /* a copy at the end of the allocation, or NULL */
-    int32_t pinned;   /* the worker index of a local task, -1, or
-                         RT__TASK_PINNED_JOB for a blocking job */
-    uint32_t unused;  /* keeps the header 16-byte aligned */
+    const char *name;             /* a copy at the end of the allocation, or NULL */
+    int32_t pinned;               /* the worker index of a local task, -1, or
+                                     RT__TASK_PINNED_JOB for a blocking job */
+    uint32_t unused;              /* keeps the header 16-byte aligned */
+    rt__task_finish_fn on_finish; /* NULL, or told how the task ended */
+    void *finish_arg;             /* its argument */
 } rt__task_ext;
 
-_Static_assert(sizeof(rt__task_ext) == 16, "the prefix keeps the header aligned");
+_Static_assert(sizeof(rt__task_ext) % 16 == 0, "the prefix keeps the header aligned");
 
 /* rt__task_ext.pinned of a blocking-pool job (which no worker runs). */
 #define RT__TASK_PINNED_JOB (-2)
@@ -503,27 +523,50 @@ static inline int rt__task_pinned(rt_task *t)
 #define RT__TASK_SMALL_BLOCK 128
 _Static_assert(RT__TASK_SMALL_BLOCK == RT__BLOCK_SIZE, "small tasks are pool blocks");
 
-/* Allocates a task for `size` bytes of state (rt__task_alloc) when it cannot
- * be a small block: with a name or a pinned worker the allocation starts
- * with an rt__task_ext and ends with a copy of the name; with `timed` an
- * rt__task_timing comes first (all zero). */
-rt_task *rt__task_alloc_large(size_t size, const char *name, int pinned, bool timed,
-                              uint64_t *flags);
+/* What a task keeps beside its future, when it is not a plain one: a name,
+ * a pinned worker, and a finish hook (rt__task_ext), and poll timing. */
+typedef struct rt__task_extras {
+    const char *name;             /* NULL: none */
+    int pinned;                   /* -1: none */
+    bool timed;                   /* rt_config.poll_timing */
+    rt__task_finish_fn on_finish; /* NULL: none */
+    void *finish_arg;
+} rt__task_extras;
 
-/* Allocates a task for `size` bytes of state: without a name, a pinned
- * worker (-1) and timing, and small enough, a block from `cache` (NULL: the block
- * pool), else rt__task_alloc_large. *flags receives the immutable flag bits
- * for the state word. NULL when out of memory. Inline: every spawn. */
-static inline rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const char *name,
-                                      int pinned, bool timed, uint64_t *flags)
+/* Allocates a task for `size` bytes of state (rt__task_alloc) when it cannot
+ * be a small block: with a name, a pinned worker or a finish hook the
+ * allocation starts with an rt__task_ext and ends with a copy of the name;
+ * with `timed` an rt__task_timing comes first (all zero). */
+rt_task *rt__task_alloc_large(size_t size, const rt__task_extras *x, uint64_t *flags);
+
+/* Whether a task with these extras needs an rt__task_ext. */
+static inline bool rt__task_extras_none(const rt__task_extras *x)
 {
-    if (rt__likely(name == NULL && pinned == -1 && !timed &&
-                   sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK)) {
+    return x->name == NULL && x->pinned == -1 && !x->timed && x->on_finish == NULL;
+}
+
+/* Allocates a task for `size` bytes of state: without extras, and small
+ * enough, a block from `cache` (NULL: the block pool), else
+ * rt__task_alloc_large. *flags receives the immutable flag bits for the
+ * state word. NULL when out of memory. Inline: every spawn. */
+static inline rt_task *rt__task_alloc(rt__block_cache *cache, size_t size, const rt__task_extras *x,
+                                      uint64_t *flags)
+{
+#ifdef RT__BLOCK_ASAN
+    /* Under AddressSanitizer every task comes from malloc: a block cache
+     * hands a freed block to the very next spawn, where ASan's quarantine
+     * keeps freed memory poisoned for long, so that a join handle used or
+     * released after its task was freed is reported as the use after free
+     * it is (the block pool itself is still used by timers). */
+    (void)cache;
+#else
+    if (rt__likely(rt__task_extras_none(x) && sizeof(rt_task) + size <= RT__TASK_SMALL_BLOCK)) {
         rt_task *t = rt__block_alloc(cache);
         *flags = RT__TASK_SMALL;
         return t;
     }
-    return rt__task_alloc_large(size, name, pinned, timed, flags);
+#endif
+    return rt__task_alloc_large(size, x, flags);
 }
 
 /* Frees the task's memory (the last reference is gone) into `cache` (NULL:
@@ -536,15 +579,32 @@ void rt__task_unref(rt_task *t, uint64_t n);
 /* Shutdown's cancellation of an unfinished task: runs its drop and completes
  * it with -ECANCELED. Only after every worker has exited. */
 void rt__task_cancel_at_shutdown(rt_task *t);
-/* rt_task_wait with a thread waker the caller made (and still owns), so that
- * rt_block_on can have everything it needs before it spawns. */
+/* Releases a join handle: false, changing nothing, when it was released
+ * already (the caller reports the misuse). Any thread. */
+bool rt__task_release_handle(rt_task *t);
+
+/* Whether a join handle is still held (JOIN_INTEREST): false once it was
+ * released, while the task's memory still exists (a registry or a waker
+ * keeps it). */
+static inline bool rt__task_handle_held(const rt_task *t)
+{
+    return (rt__load_acquire_u64(&t->state) & RT__TASK_JOIN_INTEREST) != 0;
+}
+
 /* One join attempt, the core of the join operation: RT_READY with the
  * handle released and the outcome in *value (NULL when cancelled) and
- * *status (0 or -ECANCELED), or RT_PENDING with cx's waker stored and the
- * handle kept. */
+ * *status (0, the task's own error, or -ECANCELED), or RT_PENDING with cx's
+ * waker stored and the handle kept. */
 rt_poll rt__task_join_poll(rt_task *task, rt_context *cx, void **value, int *status);
 
-int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value);
+/* rt_task_wait with a thread waker the caller made (and still owns), so
+ * that rt_block_on can have everything it needs before it spawns: 0 once
+ * the task finished (the handle released; *value and *status, either may
+ * be NULL, hold its outcome, and its state's first `size` bytes, as its
+ * drop left them, are copied to copy_to unless that is NULL), or the
+ * wait's own error (the handle kept). */
+int rt__task_wait_with(rt_task *task, rt__thread_waker *tw, int64_t timeout_ns, void **value,
+                       int *status, void *copy_to, size_t size);
 
 /* The state transition of a wake by value (the waker's reference comes
  * with it): returns true when the task was idle and is now marked for a run
@@ -571,6 +631,21 @@ static inline bool rt__task_wake_transition(rt_task *t, bool preclaim)
  * otherwise wakes it the ordinary way and returns NULL. */
 rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable, rt_runtime *rt);
 
+/* Records how the task ended, after its drop ran and before the caller
+ * completes it: `value` (NULL when cancelled) and `status` (0, the task's
+ * own error, or -ECANCELED), and tells the finish hook if it has one.
+ * Inline: every task's end. */
+static inline void rt__task_finish(rt_task *t, void *value, int status)
+{
+    t->u.output = value;
+    t->fin.status = status;
+    if (rt__unlikely(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED)) {
+        rt__task_ext *ext = rt__task_ext_of(t);
+        if (ext->on_finish != NULL)
+            ext->on_finish(ext->finish_arg, t, value, status);
+    }
+}
+
 /* Marks the task COMPLETE (cancelled or not), wakes its joiner and drops
  * `drop_refs` of the caller's references. The caller owns RUNNING. The
  * registry notices the completion at its next sweep. Inline: every task's
@@ -592,8 +667,8 @@ static inline void rt__task_complete(rt_task *t, bool cancelled, uint64_t drop_r
 /* Runs the task's drop function on its future's state, if it has one. */
 static inline void rt__task_drop_future(rt_task *t)
 {
-    if (t->drop != NULL)
-        t->drop(t->future_state);
+    if (t->fin.drop != NULL)
+        t->fin.drop(t->future_state);
 }
 
 /* Blocking-pool jobs (task.c): a task that no worker polls. new: NULL when

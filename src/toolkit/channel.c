@@ -37,6 +37,7 @@
 #include "current.h"
 #include "spawning.h"
 #include "task_internal.h"
+#include "misuse.h"
 #include "waitq.h"
 #include "waker.h"
 
@@ -76,12 +77,27 @@ static void oneshot_unlock_and_wake(rt_oneshot *o, rt_waker *wake)
         free(o);
 }
 
+/* The misuse reports of the oneshot's and the channel's sides. */
+static const char SENDER_GONE[] = "the sending side was released already";
+static const char RECEIVER_GONE[] = "the receiving side was released already";
+static const char NO_SENDER_LEFT[] = "no sender reference is left to release";
+static const char NO_RECEIVER_LEFT[] = "no receiver reference is left to release";
+static const char NO_SENDER_TO_CLONE[] =
+    "a sender reference cloned while none is held (every sender was released)";
+static const char NO_RECEIVER_TO_CLONE[] =
+    "a receiver reference cloned while none is held (every receiver was released)";
+
 RT_EXPORT int rt_oneshot_send(rt_oneshot *o, void *value)
 {
     if (o == NULL)
         return -EINVAL;
     rt_waker wake = rt__waker_noop();
     rt__waitq_lock(&o->lock);
+    if (o->tx_gone) {
+        rt__waitq_unlock(&o->lock);
+        rt__report_misuse("rt_oneshot_send", o, SENDER_GONE);
+        return -EINVAL;
+    }
     int err = -EPIPE;
     if (!o->rx_gone) {
         o->value = value;
@@ -100,6 +116,11 @@ RT_EXPORT void rt_oneshot_sender_drop(rt_oneshot *o)
     if (o == NULL)
         return;
     rt__waitq_lock(&o->lock);
+    if (o->tx_gone) {
+        rt__waitq_unlock(&o->lock);
+        rt__report_misuse("rt_oneshot_sender_drop", o, SENDER_GONE);
+        return;
+    }
     o->tx_gone = true;
     /* The receiver learns that nothing will come. */
     rt_waker wake = o->rx_waker;
@@ -249,6 +270,11 @@ RT_EXPORT int rt_oneshot_receiver_drop(rt_oneshot *o, void **unreceived)
     if (o == NULL)
         return 0;
     rt__waitq_lock(&o->lock);
+    if (o->rx_gone) {
+        rt__waitq_unlock(&o->lock);
+        rt__report_misuse("rt_oneshot_receiver_drop", o, RECEIVER_GONE);
+        return 0;
+    }
     int had = 0;
     if (o->sent && !o->taken) {
         if (unreceived != NULL)
@@ -506,8 +532,14 @@ RT_EXPORT int rt_chan_sender_clone(rt_chan *ch)
     if (ch == NULL)
         return -EINVAL;
     rt__waitq_lock(&ch->lock);
-    ch->senders++;
+    bool held = ch->senders > 0;
+    if (held)
+        ch->senders++;
     rt__waitq_unlock(&ch->lock);
+    if (!held) {
+        rt__report_misuse("rt_chan_sender_clone", ch, NO_SENDER_TO_CLONE);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -516,6 +548,13 @@ RT_EXPORT void rt_chan_sender_drop(rt_chan *ch)
     if (ch == NULL)
         return;
     rt__waitq_lock(&ch->lock);
+    if (ch->senders == 0) {
+        /* Still allocated (a receiver holds it): the count stays, and the
+         * end of the stream the receivers saw stands. */
+        rt__waitq_unlock(&ch->lock);
+        rt__report_misuse("rt_chan_sender_drop", ch, NO_SENDER_LEFT);
+        return;
+    }
     if (--ch->senders == 0)
         chan_wake_all_rx_locked(ch); /* the receivers may now see the end */
     chan_unlock(ch);
@@ -561,8 +600,14 @@ RT_EXPORT int rt_chan_receiver_clone(rt_chan *ch)
     if (ch == NULL)
         return -EINVAL;
     rt__waitq_lock(&ch->lock);
-    ch->receivers++;
+    bool held = ch->receivers > 0;
+    if (held)
+        ch->receivers++;
     rt__waitq_unlock(&ch->lock);
+    if (!held) {
+        rt__report_misuse("rt_chan_receiver_clone", ch, NO_RECEIVER_TO_CLONE);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -572,6 +617,11 @@ RT_EXPORT void rt_chan_receiver_drop(rt_chan *ch, void (*dispose)(void *value, v
     if (ch == NULL)
         return;
     rt__waitq_lock(&ch->lock);
+    if (ch->receivers == 0) {
+        rt__waitq_unlock(&ch->lock);
+        rt__report_misuse("rt_chan_receiver_drop", ch, NO_RECEIVER_LEFT);
+        return;
+    }
     if (--ch->receivers > 0) {
         rt__waitq_unlock(&ch->lock);
         return;

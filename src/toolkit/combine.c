@@ -108,7 +108,9 @@ static int arms_copy(rt_future **arms, size_t *count, rt_future *const *futures,
 static rt_poll select_vpoll(rt_future *f, rt_context *cx)
 {
     rt_select *op = (rt_select *)f;
-    for (size_t i = 0; i < op->count; i++) {
+    /* From the first arm chosen at init, round to the one before it. */
+    size_t i = op->first;
+    for (size_t n = 0; n < op->count; n++, i = i + 1 == op->count ? 0 : i + 1) {
         if (rt__future_poll_inline(op->arms[i], cx) != RT_READY)
             continue;
         /* The result first: an arm given twice is the winner, not a loser
@@ -141,7 +143,29 @@ static void select_vdescribe(const rt_future *f, rt_wait_info *info)
 
 static const rt_future_vtable select_vtable = {select_vpoll, select_vdrop, select_vdescribe};
 
-RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t count)
+/* The per-thread generator of the arm a fair select polls first: an
+ * xorshift32, seeded from the thread's own address the first time. It only
+ * picks where a select starts (read at init, never across an await), so
+ * selects initialised in a loop, or several interleaved on one thread, do
+ * not fall into step with each other as a plain counter would. */
+static __thread uint32_t select_rng;
+
+static size_t select_pick(size_t count)
+{
+    uint32_t x = select_rng;
+    if (rt__unlikely(x == 0)) {
+        uint64_t a = (uintptr_t)&select_rng;
+        x = (uint32_t)(a ^ (a >> 32)) | 1u;
+    }
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    select_rng = x;
+    /* Lemire's multiply-shift: an index below count without a division. */
+    return (size_t)(((uint64_t)x * count) >> 32);
+}
+
+static int select_init(rt_select *op, rt_future *const *futures, size_t count, bool biased)
 {
     int err = -EINVAL;
     if (op != NULL) {
@@ -151,10 +175,22 @@ RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t co
         op->index = op->count;
         if (err < 0)
             rt__future_finish(&op->future, err);
+        else if (!biased && op->count > 1)
+            op->first = select_pick(op->count);
     }
     if (err < 0)
         drop_given(futures, count);
     return err;
+}
+
+RT_EXPORT int rt_select_init(rt_select *op, rt_future *const *futures, size_t count)
+{
+    return select_init(op, futures, count, false);
+}
+
+RT_EXPORT int rt_select_biased_init(rt_select *op, rt_future *const *futures, size_t count)
+{
+    return select_init(op, futures, count, true);
 }
 
 /* ---- Join all ----------------------------------------------------------------- */

@@ -1,23 +1,27 @@
 /* Task groups.
  *
- * Every child runs inside a wrapper future that polls the user's future and,
- * from its drop function (which runs exactly once, after completion, abort
- * or shutdown), reports the outcome to the group: its record moves from the
- * running list to the finished list, and the owner's waker is woken.
+ * A child is an ordinary task of the runtime, spawned with a join handle
+ * and a finish hook (task_internal.h, rt__task_finish_fn): the hook runs
+ * once, when the child has ended (completed, aborted or cancelled by
+ * shutdown) and its drop has run, and reports the outcome to the group:
+ * its record moves from the running list to the finished list, and the
+ * owner's waker is woken. So a child dumps, is found lost, is pinned and
+ * named exactly as any task: nothing wraps its future.
  *
- * Cancellation does not keep join handles: each record holds a clone of its
- * child's waker (stored at the child's first poll), which is a counted
- * reference to the child's task, and rt_group_cancel aborts the task through
- * it (rt_task_abort: the future is dropped at its next scheduling point,
- * never in the middle of a poll). A child not yet polled has no waker: the
- * record's `cancelled` flag makes its first poll abort itself.
+ * Cancellation: each record holds its child's join handle, through which
+ * rt_group_cancel aborts the child (rt_task_abort: the future is dropped at
+ * its next scheduling point, never in the middle of a poll). The handle is
+ * released by the hook, after the record left the running list, so a
+ * record in that list always holds a valid handle, or none yet: the
+ * spawner installs it once rt__spawn returned (the child may already have
+ * run and reported by then), and a cancel that came in between is carried
+ * out by the spawner (`cancel_pending`).
  *
  * Memory: the group is reference counted (the owner, plus one per child not
- * yet reported); records are freed when collected, or at once when the
- * owner is gone. Everything below is guarded by the group's spinlock, except
- * `cancelled`, which the wrapper reads without it (an atomic flag: the
- * store in rt_group_cancel is a release, the wrapper's load an acquire; a
- * stale read only delays the cancellation to the wake that follows it). */
+ * yet reported). A record has two references (`refs`): the spawner's, given
+ * up once it has installed the handle, and the lists', given up when the
+ * record is collected or its result disposed of; the last one frees it.
+ * Everything here is guarded by the group's spinlock. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,51 +37,40 @@
 #include "current.h"
 #include "spawning.h"
 #include "task_internal.h"
+#include "misuse.h"
 #include "waitq.h"
 #include "waker.h"
-
-struct group_child;
-
-/* Wrapper states up to this size are assembled on the stack at spawn. */
-#define RT__GROUP_STACK_STATE 256
 
 /* What the group keeps of one child. */
 struct child_record {
     struct child_record *prev, *next; /* in the running or the finished list */
-    uint64_t id;                      /* the child's task id */
-    void *value;                      /* its result, once finished */
-    int status;                       /* 0 or -ECANCELED, once finished */
-    uint32_t cancelled;               /* rt_group_cancel asked (atomic) */
-    rt_waker waker;                   /* the child's waker (no-op before its first poll) */
+    rt_group *group;
+    uint64_t id;         /* the child's task id */
+    rt_task *handle;     /* its join handle while running; NULL before the
+                            spawner installs it and once reported */
+    void *value;         /* its result, once finished */
+    int status;          /* 0, its error, or -ECANCELED, once finished */
+    unsigned refs;       /* the spawner's and the lists' (see the top) */
+    bool reported;       /* the child has finished */
+    bool cancel_pending; /* cancelled before the handle was installed */
 };
 
 struct rt_group {
-    uint32_t lock;   /* spinlock over the fields below */
-    rt_runtime *rt;  /* where children run */
-    size_t refs;     /* the owner + children not yet reported */
-    size_t running;  /* children not finished */
-    size_t finished; /* children finished, not collected */
-    bool closing;    /* no more spawns */
-    bool owner_gone; /* rt_group_free was called */
-    bool discard;    /* results go to dispose as children finish */
-    size_t failed;   /* discarded children that finished with a non-zero status */
+    uint32_t lock;    /* spinlock over the fields below */
+    rt_runtime *rt;   /* where children run */
+    size_t refs;      /* the owner + children not yet reported */
+    size_t running;   /* children not finished */
+    size_t finished;  /* children finished, not collected */
+    bool closing;     /* no more spawns */
+    bool owner_gone;  /* rt_group_free was called */
+    bool discard;     /* results go to dispose as children finish */
+    size_t failed;    /* discarded children that finished with an error */
+    size_t cancelled; /* discarded children that were cancelled */
     struct child_record *running_head;
     struct child_record *done_head, *done_tail;
     rt_waker owner;                  /* the waiting owner, or the no-op waker */
     void (*dispose)(void *, void *); /* for results nobody collects */
     void *dispose_arg;
-};
-
-/* The wrapper's state, followed by the user's future state. */
-struct group_child {
-    rt_group *group;
-    struct child_record *rec;
-    rt_poll_fn poll;
-    rt_drop_fn drop;
-    void *out;         /* the user's result */
-    int status;        /* 1 while unfinished, then 0 or -ECANCELED */
-    bool waker_stored; /* rec->waker holds our waker */
-    _Alignas(16) unsigned char inner[];
 };
 
 static void list_remove(struct child_record **head, struct child_record *r)
@@ -89,6 +82,13 @@ static void list_remove(struct child_record **head, struct child_record *r)
     if (r->next != NULL)
         r->next->prev = r->prev;
     r->prev = r->next = NULL;
+}
+
+/* Gives up one reference of r; true when it was the last (the caller frees
+ * r once it has unlocked). Under the lock. */
+static bool record_unref_locked(struct child_record *r)
+{
+    return --r->refs == 0;
 }
 
 static void group_destroy(rt_group *g)
@@ -137,36 +137,47 @@ RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *ar
     return rt_group_new_ex(rt, &opts, out);
 }
 
-/* A child has finished (from its wrapper's drop). */
-static void group_report(rt_group *g, struct child_record *rec, void *value, int status)
+/* Counts a discarded child's outcome. Under the lock. */
+static void count_outcome_locked(rt_group *g, int status)
 {
+    if (status == -ECANCELED)
+        g->cancelled++;
+    else if (status != 0)
+        g->failed++;
+}
+
+/* The finish hook of every child (rt__task_finish_fn): the child `t` has
+ * ended with `value` and `status`, its drop has run. */
+static void group_child_finished(void *arg, rt_task *t, void *value, int status)
+{
+    struct child_record *rec = arg;
+    rt_group *g = rec->group;
     /* A discarding group's result goes to dispose before the child counts as
      * finished, so a join or close that sees no child running knows every
      * result has been disposed of (and the owner may then free dispose_arg).
      * discard, dispose and dispose_arg never change after rt_group_new_ex,
      * and this child's reference keeps g alive. */
-    bool disposed = false;
-    if (g->discard) {
-        if (status == 0 && g->dispose != NULL)
-            g->dispose(value, g->dispose_arg);
-        disposed = true;
-    }
+    bool returned = status != -ECANCELED; /* a cancelled child has no result */
+    bool discard = g->discard;
+    if (discard && returned && g->dispose != NULL)
+        g->dispose(value, g->dispose_arg);
     rt__waitq_lock(&g->lock);
-    rt_waker child_waker = rec->waker;
-    rec->waker = rt__waker_noop();
     list_remove(&g->running_head, rec);
     g->running--;
+    rec->reported = true;
+    rec->handle = NULL;
     rec->value = value;
     rec->status = status;
     /* Without an owner, or in discard mode, nobody collects the record: the
      * result goes to dispose now. In discard mode the owner still hears of
      * it, since a join or close waits for the running count. */
-    bool dispose_now = g->owner_gone || g->discard;
+    bool dispose_now = g->owner_gone || discard;
     rt_waker owner = rt__waker_noop();
     if (!g->owner_gone) {
         owner = g->owner;
         g->owner = rt__waker_noop();
     }
+    bool free_rec = false;
     if (!dispose_now) {
         rec->prev = g->done_tail;
         if (g->done_tail != NULL)
@@ -175,56 +186,26 @@ static void group_report(rt_group *g, struct child_record *rec, void *value, int
             g->done_head = rec;
         g->done_tail = rec;
         g->finished++;
-    } else if (status != 0) {
-        g->failed++;
+    } else {
+        count_outcome_locked(g, status);
+        free_rec = record_unref_locked(rec);
     }
     bool last = --g->refs == 0;
     void (*dispose)(void *, void *) = g->dispose;
-    void *arg = g->dispose_arg;
+    void *dispose_arg = g->dispose_arg;
     rt__waitq_unlock(&g->lock);
-    rt__waker_drop(&child_waker);
+    /* g may be gone from here on (unless `last`: then it is ours to free).
+     * The handle goes now that no cancel can reach it: the record left the
+     * running list under the lock. Never the task's last reference (the
+     * completing thread holds its own). */
+    rt_task_detach(t);
     rt__waker_wake(&owner);
-    if (dispose_now) {
-        if (!disposed && status == 0 && dispose != NULL)
-            dispose(value, arg);
+    if (dispose_now && !discard && returned && dispose != NULL)
+        dispose(value, dispose_arg);
+    if (free_rec)
         free(rec);
-    }
     if (last)
         group_destroy(g);
-}
-
-static rt_poll group_child_poll(void *state, rt_context *cx, void **out)
-{
-    struct group_child *c = state;
-    if (!c->waker_stored) {
-        /* A task's waker never changes, so one clone serves every cancel. */
-        c->waker_stored = true;
-        rt__waitq_lock(&c->group->lock);
-        c->rec->waker = rt_waker_clone(rt_context_waker(cx));
-        rt__waitq_unlock(&c->group->lock);
-    }
-    if (rt__load_acquire_u32(&c->rec->cancelled)) {
-        /* Cancelled before this poll could see a waker to abort: abort
-         * ourselves, so the worker drops us right after this poll exactly
-         * as for rt_task_abort (and counts the task cancelled). */
-        rt_task_abort(rt__task_current());
-        return RT_PENDING;
-    }
-    if (c->poll(c->inner, cx, &c->out) != RT_READY)
-        return RT_PENDING;
-    c->status = 0;
-    *out = NULL;
-    return RT_READY;
-}
-
-static void group_child_drop(void *state)
-{
-    struct group_child *c = state;
-    if (c->drop != NULL)
-        c->drop(c->inner);
-    /* Still 1: the task was aborted or cancelled by shutdown unfinished. */
-    int status = c->status == 1 ? -ECANCELED : c->status;
-    group_report(c->group, c->rec, status == 0 ? c->out : NULL, status);
 }
 
 RT_EXPORT int(rt_group_spawn)(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
@@ -239,34 +220,15 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
 {
     if (id != NULL)
         *id = 0;
-    if (g == NULL || poll == NULL || (state == NULL && size > 0) ||
-        size > (SIZE_MAX >> 2) - sizeof(struct group_child))
+    if (g == NULL || poll == NULL || (state == NULL && size > 0))
         return -EINVAL;
     struct child_record *rec = rt__calloc(1, sizeof(*rec));
-    size_t total = sizeof(struct group_child) + size;
-    /* The wrapper's state is assembled here and copied into the task by the
-     * spawn: on the stack when small (the usual case), else on the heap. */
-    _Alignas(16) unsigned char small[RT__GROUP_STACK_STATE];
-    struct group_child *c = total <= sizeof small ? (struct group_child *)small : rt__malloc(total);
-    if (rec == NULL || c == NULL) {
-        free(rec);
-        if ((unsigned char *)c != small)
-            free(c);
+    if (rec == NULL)
         return -ENOMEM;
-    }
-    rec->waker = rt__waker_noop();
-    c->group = g;
-    c->rec = rec;
-    c->poll = poll;
-    c->drop = drop;
-    c->out = NULL;
-    c->status = 1;
-    c->waker_stored = false;
-    if (size > 0)
-        memcpy(c->inner, state, size);
-
+    rec->group = g;
+    rec->refs = 2;
     /* The id is chosen here: once spawned, the child may finish and its
-     * record be collected and freed before rt__spawn returns. */
+     * record be collected before rt__spawn returns. */
     uint64_t child_id = rt__task_new_id();
     rec->id = child_id;
     /* The record is listed (and the group referenced) before the child can
@@ -275,8 +237,6 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
     if (g->closing) {
         rt__waitq_unlock(&g->lock);
         free(rec);
-        if ((unsigned char *)c != small)
-            free(c);
         return -EPIPE;
     }
     rec->next = g->running_head;
@@ -287,10 +247,9 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
     g->refs++;
     rt__waitq_unlock(&g->lock);
 
-    int err =
-        rt__spawn(g->rt, opts, group_child_poll, group_child_drop, c, total, NULL, child_id, site);
-    if ((unsigned char *)c != small)
-        free(c); /* the task has its own copy */
+    rt_task *handle;
+    int err = rt__spawn(g->rt, opts, poll, drop, state, size, &handle, child_id, site,
+                        group_child_finished, rec);
     if (err < 0) {
         rt__waitq_lock(&g->lock);
         list_remove(&g->running_head, rec);
@@ -305,6 +264,18 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
         free(rec);
         return err;
     }
+    /* Install the handle for cancels, unless the child has reported (and
+     * released it) already; carry out a cancel that could not reach it. */
+    rt__waitq_lock(&g->lock);
+    if (!rec->reported) {
+        rec->handle = handle;
+        if (rec->cancel_pending)
+            rt_task_abort(handle);
+    }
+    bool free_rec = record_unref_locked(rec);
+    rt__waitq_unlock(&g->lock);
+    if (free_rec)
+        free(rec);
     if (id != NULL)
         *id = child_id;
     return 0;
@@ -320,20 +291,16 @@ RT_EXPORT size_t rt_group_len(rt_group *g)
     return n;
 }
 
-/* Flags every running child cancelled and wakes it. Under the lock: the
- * wakes are of runtime tasks (the children), which touch only the task's
- * word and a run queue, never a group lock. */
+/* Aborts every running child. Under the lock: an abort touches only the
+ * task's word and a run queue, never a group lock, and a record in the
+ * running list holds a valid handle (or none yet: see the top). */
 static void cancel_locked(rt_group *g)
 {
     for (struct child_record *r = g->running_head; r != NULL; r = r->next) {
-        if (rt__load_relaxed_u32(&r->cancelled))
-            continue;
-        rt__store_release_u32(&r->cancelled, 1);
-        /* The stored waker is a reference to the child's task, which is
-         * all rt_task_abort needs. Not polled yet: its first poll sees the
-         * flag and aborts itself. */
-        if (r->waker.vtable == &rt__task_waker_vtable)
-            rt_task_abort((rt_task *)r->waker.data);
+        if (r->handle != NULL)
+            rt_task_abort(r->handle);
+        else
+            r->cancel_pending = true;
     }
 }
 
@@ -346,12 +313,16 @@ RT_EXPORT void rt_group_cancel(rt_group *g)
     rt__waitq_unlock(&g->lock);
 }
 
-/* Pops the oldest finished record, or NULL. Under the lock. */
-static struct child_record *pop_done_locked(rt_group *g)
+/* Takes the oldest finished record off the list: true with its outcome in
+ * *res, and *free_rec true when the list's reference was the record's last
+ * (the caller frees it once it has unlocked); false when there is none.
+ * Under the lock. */
+static bool pop_done_locked(rt_group *g, rt_group_result *res, struct child_record **free_rec)
 {
     struct child_record *r = g->done_head;
+    *free_rec = NULL;
     if (r == NULL)
-        return NULL;
+        return false;
     g->done_head = r->next;
     if (g->done_head != NULL)
         g->done_head->prev = NULL;
@@ -359,7 +330,12 @@ static struct child_record *pop_done_locked(rt_group *g)
         g->done_tail = NULL;
     g->finished--;
     r->next = NULL;
-    return r;
+    res->id = r->id;
+    res->value = r->value;
+    res->status = r->status;
+    if (record_unref_locked(r))
+        *free_rec = r;
+    return true;
 }
 
 static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
@@ -372,19 +348,17 @@ static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
         return RT_PENDING;
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&g->lock);
-    struct child_record *r = pop_done_locked(g);
+    struct child_record *free_rec;
+    bool got = pop_done_locked(g, &op->child, &free_rec);
     /* Empty and closing: no child can come any more. Empty but open: a
      * child spawned later may still finish, so the wait goes on. */
-    bool empty = r == NULL && g->running == 0 && g->closing;
-    if (r == NULL && !empty)
+    bool empty = !got && g->running == 0 && g->closing;
+    if (!got && !empty)
         old = rt__waker_store(&g->owner, rt_context_waker(cx));
     rt__waitq_unlock(&g->lock);
     rt__waker_drop(&old);
-    if (r != NULL) {
-        op->child.id = r->id;
-        op->child.value = r->value;
-        op->child.status = r->status;
-        free(r);
+    free(free_rec);
+    if (got) {
         op->group = NULL;
         return rt__future_finish(f, 0);
     }
@@ -420,6 +394,10 @@ RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g)
         rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;
     }
+    if (g->discard) { /* never changes after rt_group_new_ex */
+        rt__future_finish(&op->future, -EINVAL);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -434,23 +412,29 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
             g->closing = true;
             cancel_locked(g);
         }
-        struct child_record *r = pop_done_locked(g);
-        bool all_done = r == NULL && g->running == 0;
-        if (all_done && g->discard)
+        rt_group_result res;
+        struct child_record *free_rec;
+        bool got = pop_done_locked(g, &res, &free_rec);
+        bool all_done = !got && g->running == 0;
+        if (all_done && g->discard) {
             op->failed = g->failed; /* counted as they finished */
-        if (r == NULL && !all_done)
+            op->cancelled = g->cancelled;
+        }
+        if (!got && !all_done)
             old = rt__waker_store(&g->owner, rt_context_waker(cx));
         void (*dispose)(void *, void *) = g->dispose;
         void *arg = g->dispose_arg;
         rt__waitq_unlock(&g->lock);
         rt__waker_drop(&old);
-        if (r != NULL) {
+        free(free_rec);
+        if (got) {
             /* Collected here: the result goes to dispose, outside the lock. */
-            if (r->status != 0)
+            if (res.status == -ECANCELED)
+                op->cancelled++;
+            else if (res.status != 0)
                 op->failed++;
-            else if (dispose != NULL)
-                dispose(r->value, arg);
-            free(r);
+            if (res.status != -ECANCELED && dispose != NULL)
+                dispose(res.value, arg);
             continue;
         }
         if (!all_done)
@@ -460,8 +444,8 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
     }
 }
 
-/* `closing` and `failed` are the operation's own; the group's counts are
- * its lock's. */
+/* `closing`, `failed` and `cancelled` are the operation's own; the group's
+ * counts are its lock's. */
 static void group_wait_vdescribe(const rt_future *f, rt_wait_info *info)
 {
     const rt_group_wait *op = (const rt_group_wait *)f;
@@ -469,8 +453,8 @@ static void group_wait_vdescribe(const rt_future *f, rt_wait_info *info)
     info->object = op->group;
     rt__wait_printf(info, "%s of group %p", op->closing ? "close" : "join of every child",
                     (const void *)op->group);
-    if (op->failed > 0)
-        rt__wait_printf(info, " (%zu failed so far)", op->failed);
+    if (op->failed > 0 || op->cancelled > 0)
+        rt__wait_printf(info, " (%zu failed, %zu cancelled so far)", op->failed, op->cancelled);
 }
 
 static const rt_future_vtable group_wait_vtable = {group_wait_vpoll, NULL, group_wait_vdescribe};
@@ -505,29 +489,40 @@ RT_EXPORT void rt_group_free(rt_group *g)
     if (g == NULL)
         return;
     rt__waitq_lock(&g->lock);
+    if (g->owner_gone) {
+        /* Freed already, and still allocated for children that have not
+         * finished: nothing changes. */
+        rt__waitq_unlock(&g->lock);
+        rt__report_misuse("rt_group_free", g, "the group was freed already");
+        return;
+    }
     g->closing = true;
     g->owner_gone = true;
     cancel_locked(g);
-    /* Finished results nobody will collect: take the list, dispose of it
-     * outside the lock. Children still running dispose of theirs when they
-     * report. */
-    struct child_record *done = g->done_head;
-    g->done_head = g->done_tail = NULL;
-    g->finished = 0;
     rt_waker owner = g->owner;
     g->owner = rt__waker_noop();
-    bool last = --g->refs == 0;
     void (*dispose)(void *, void *) = g->dispose;
     void *arg = g->dispose_arg;
     rt__waitq_unlock(&g->lock);
     rt__waker_drop(&owner);
-    while (done != NULL) {
-        struct child_record *next = done->next;
-        if (done->status == 0 && dispose != NULL)
-            dispose(done->value, arg);
-        free(done);
-        done = next;
+    /* Finished results nobody will collect go to dispose, one at a time
+     * outside the lock. Children still running dispose of theirs when they
+     * report (owner_gone). */
+    for (;;) {
+        rt_group_result res;
+        struct child_record *free_rec;
+        rt__waitq_lock(&g->lock);
+        bool got = pop_done_locked(g, &res, &free_rec);
+        rt__waitq_unlock(&g->lock);
+        if (!got)
+            break;
+        free(free_rec);
+        if (res.status != -ECANCELED && dispose != NULL)
+            dispose(res.value, arg);
     }
+    rt__waitq_lock(&g->lock);
+    bool last = --g->refs == 0;
+    rt__waitq_unlock(&g->lock);
     if (last)
         group_destroy(g);
 }

@@ -268,10 +268,14 @@ func recvOrSleep(ch chan int) int {
 }
 
 // T tasks in T/2 pairs pass a token as in ping_pong, but every receive is a
-// select over the channel and a timer. One op: one select.
-func benchSelect() {
+// select over the channel and a timer. One op: one select. Go's select is
+// always fair (a random order), so select and select_fair are the same.
+func benchSelect()     { benchSelectAs("select") }
+func benchSelectFair() { benchSelectAs("select_fair") }
+
+func benchSelectAs(name string) {
 	pairs, rounds := *flagSelectT/2, *flagPPRounds
-	measure("select", int64(pairs)*2*int64(rounds), func() time.Duration {
+	measure(name, int64(pairs)*2*int64(rounds), func() time.Duration {
 		return onRuntime(func() time.Duration {
 			counter := int64(pairs)
 			done := make(chan struct{})
@@ -532,6 +536,7 @@ func main() {
 		{"fork_join", benchForkJoin},
 		{"timers", benchTimers},
 		{"select", benchSelect},
+		{"select_fair", benchSelectFair},
 	}
 	want := map[string]bool{}
 	if *flagOnly != "" {

@@ -34,6 +34,7 @@ const WORKLOADS: &[&str] = &[
     "fork_join",
     "timers",
     "select",
+    "select_fair",
 ];
 
 /// Workload parameters; the defaults are asyncrt-bench's.
@@ -265,8 +266,16 @@ fn ping_pong(rt: &Runtime, p: &Params) -> Sample {
 }
 
 /// One receive of the select workload: the channel or a 1 s sleep, which never
-/// fires (biased: the channel is polled first, as asyncrt's rt_select does).
-async fn recv_or_sleep(rx: &mut mpsc::Receiver<u64>) -> u64 {
+/// fires. Biased (the channel is polled first, as asyncrt's
+/// rt_select_biased_init does) for `select`, in select!'s default random
+/// order for `select_fair`.
+async fn recv_or_sleep(rx: &mut mpsc::Receiver<u64>, fair: bool) -> u64 {
+    if fair {
+        return tokio::select! {
+            v = rx.recv() => v.expect("peer gone"),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => panic!("select: the 1 s sleep fired"),
+        };
+    }
     tokio::select! {
         biased;
         v = rx.recv() => v.expect("peer gone"),
@@ -276,7 +285,7 @@ async fn recv_or_sleep(rx: &mut mpsc::Receiver<u64>) -> u64 {
 
 /// select: T tasks in T/2 pairs pass a token back and forth R round trips, as
 /// in ping_pong, but every receive is a select over the channel and a sleep.
-fn select(rt: &Runtime, p: &Params) -> Sample {
+fn select(rt: &Runtime, p: &Params, fair: bool) -> Sample {
     let (pairs, rounds) = (p.select_tasks / 2, p.rounds);
     on_worker(rt, async move {
         let latch = Latch::new(2 * pairs);
@@ -290,14 +299,14 @@ fn select(rt: &Runtime, p: &Params) -> Sample {
                 let mut token = 0u64;
                 for _ in 0..rounds {
                     tx_ab.send(token).await.expect("ponger gone");
-                    token = recv_or_sleep(&mut rx_ba).await;
+                    token = recv_or_sleep(&mut rx_ba, fair).await;
                 }
                 assert_eq!(token, rounds as u64);
                 la.count_down();
             });
             tokio::spawn(async move {
                 for _ in 0..rounds {
-                    let token = recv_or_sleep(&mut rx_ab).await;
+                    let token = recv_or_sleep(&mut rx_ab, fair).await;
                     tx_ba.send(token + 1).await.expect("pinger gone");
                 }
                 lb.count_down();
@@ -429,7 +438,7 @@ fn ops_of(name: &str, p: &Params) -> u64 {
         "chained_spawn" => p.chain_depth as u64,
         "fork_join" => 2 * fib_seq(p.fib_n + 1) - 1,
         "timers" => p.timers_n as u64,
-        "select" => (p.select_tasks / 2 * 2 * p.rounds) as u64,
+        "select" | "select_fair" => (p.select_tasks / 2 * 2 * p.rounds) as u64,
         _ => unreachable!(),
     }
 }
@@ -443,7 +452,8 @@ fn run_one(rt: &Runtime, name: &str, p: &Params) -> Sample {
         "chained_spawn" => chained_spawn(rt, p),
         "fork_join" => fork_join(rt, p),
         "timers" => timers(rt, p),
-        "select" => select(rt, p),
+        "select" => select(rt, p, false),
+        "select_fair" => select(rt, p, true),
         _ => unreachable!(),
     }
 }
