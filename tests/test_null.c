@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -164,6 +165,26 @@ Test(null, error)
 {
     /* rt_strerror takes no pointer; it names the -EINVAL every NULL gives. */
     cr_assert_str_eq(rt_strerror(-EINVAL), "invalid argument");
+}
+
+Test(null, strerror_says_what_the_errno_means_not_one_cause_of_it)
+{
+    /* -EAGAIN comes from an empty try-receive and a busy try-acquire as
+     * well as from a thread that could not be created; -ECANCELED from an
+     * operation a select or a timeout dropped as well as from an aborted
+     * task; -ETIMEDOUT from every wait with a limit. */
+    const char *again = rt_strerror(-EAGAIN);
+    cr_assert(strstr(again, "thread") == NULL, "-EAGAIN: %s", again);
+    cr_assert(strstr(again, "try again") != NULL, "-EAGAIN: %s", again);
+    const char *cancelled = rt_strerror(-ECANCELED);
+    cr_assert(strstr(cancelled, "task") == NULL, "-ECANCELED: %s", cancelled);
+    cr_assert(strstr(cancelled, "cancel") != NULL, "-ECANCELED: %s", cancelled);
+    cr_assert_str_eq(rt_strerror(-ETIMEDOUT), "timed out");
+    cr_assert_str_eq(rt_strerror(ETIMEDOUT), rt_strerror(-ETIMEDOUT), "either sign");
+    cr_assert_str_eq(rt_strerror(0), "success");
+    cr_assert_str_eq(rt_strerror(-EPIPE), "Broken pipe", "the system's words for the rest");
+    cr_assert_str_eq(rt_strerror(-100000), "unknown error");
+    cr_assert_str_eq(rt_strerror(INT_MIN), "unknown error");
 }
 
 /* ---- future.h ---------------------------------------------------------- */
@@ -335,13 +356,13 @@ Test(null, runtime)
     cr_assert_gt(rt_runtime_workers(rt), 0);
 
     void *value = (void *)1;
-    cr_assert_eq(rt_block_on(NULL, ready_poll, NULL, NULL, 0, &value), -EINVAL);
-    cr_assert_eq(rt_block_on(rt, NULL, NULL, NULL, 0, &value), -EINVAL);
-    cr_assert_eq(rt_block_on(rt, ready_poll, NULL, NULL, 8, &value), -EINVAL);
+    cr_assert_eq(block_on_status(NULL, ready_poll, NULL, NULL, 0, &value), -EINVAL);
+    cr_assert_eq(block_on_status(rt, NULL, NULL, NULL, 0, &value), -EINVAL);
+    cr_assert_eq(block_on_status(rt, ready_poll, NULL, NULL, 8, &value), -EINVAL);
     cr_assert_eq(value, (void *)1, "a refused rt_block_on wrote its value");
     /* drop, state (size 0) and value may be NULL. */
-    cr_assert_eq(rt_block_on(rt, ready_poll, NULL, NULL, 0, NULL), 0);
-    cr_assert_eq(rt_block_on(rt, ready_poll, NULL, NULL, 0, &value), 0);
+    cr_assert_eq(block_on_status(rt, ready_poll, NULL, NULL, 0, NULL), 0);
+    cr_assert_eq(block_on_status(rt, ready_poll, NULL, NULL, 0, &value), 0);
     cr_assert_eq((intptr_t)value, 42);
 
     finish_runtime(rt, 0);
@@ -395,8 +416,8 @@ Test(null, task)
     cr_assert_not_null(h);
     /* value may be NULL in a wait. */
     void *value = (void *)1;
-    cr_assert_eq(rt_task_wait(NULL, -1, &value), -EINVAL);
-    cr_assert_eq(rt_task_wait(h, 30000 * MS, NULL), 0);
+    cr_assert_eq(task_wait_status(NULL, -1, &value), -EINVAL);
+    cr_assert_eq(task_wait_status(h, 30000 * MS, NULL), 0);
 
     /* Join operations. With op NULL the handle is detached, not leaked (the
      * sanitizer build checks). */
@@ -439,7 +460,7 @@ Test(null, task)
 
     /* Inside a task, rt_coop_proceed(NULL) is true and spends no budget. */
     value = NULL;
-    cr_assert_eq(rt_block_on(rt, coop_null_poll, NULL, NULL, 0, &value), 0);
+    cr_assert_eq(block_on_status(rt, coop_null_poll, NULL, NULL, 0, &value), 0);
     cr_assert_eq((intptr_t)value, 1001);
 
     finish_runtime(rt, 0);

@@ -1,15 +1,28 @@
 /* asyncrt: errors.
  *
  * Every fallible public function returns 0 (or a count) on success and a
- * negative errno value on failure. The values asyncrt itself produces:
- *   -EINVAL     a bad argument;
- *   -ENOMEM     an allocation failed (the runtime stays usable);
- *   -EAGAIN     a thread could not be created;
+ * negative errno value on failure. The values asyncrt itself produces, each
+ * with one meaning everywhere (docs/guide.md, "Errors", has the table of
+ * every errno by kind of call):
+ *   -EINVAL     a bad argument, or a reference used after its release;
+ *   -ENOMEM     an allocation failed; nothing was done, the runtime stays
+ *               usable, and trying again later may succeed;
+ *   -EAGAIN     not now: a try form that would have to wait (an empty or
+ *               full channel, no permit), or no thread could be created;
+ *               nothing was done;
+ *   -EBUSY      in use: a mutex held (rt_mutex_try_lock), or a second
+ *               operation where one at a time is allowed;
  *   -ESHUTDOWN  the runtime is shutting down or shut down;
- *   -ECANCELED  the task was aborted or cancelled by shutdown;
- *   -ETIMEDOUT  a deadline passed;
- *   -EDEADLK    a blocking call was made from a worker thread.
- * Errors from system calls are passed through unchanged.
+ *   -ECANCELED  cancelled: a task aborted or cancelled by shutdown, or an
+ *               operation dropped (by its owner, a select that another arm
+ *               won, or a timeout);
+ *   -ETIMEDOUT  a time limit passed;
+ *   -EDEADLK    a blocking call was made from a worker thread, where it
+ *               would deadlock.
+ * Errors from system calls are passed through unchanged. Where a call
+ * could end in two ways a caller must tell apart, they have two errnos
+ * (an accept's -ENOMEM leaves the connection queued; its -ENOBUFS means
+ * the connection was taken and closed again).
  *
  * NULL arguments. Pointers a comment calls optional ("may be NULL", "NULL
  * means ...") are never an error. For any other pointer argument of a public
@@ -34,8 +47,9 @@ extern "C" {
 #endif
 
 /* A static, human-readable description of `err` (negative or positive errno;
- * 0 is "success"). Says what the error means for asyncrt where that differs
- * from the system's wording. Never NULL; any thread. */
+ * 0 is "success"): plain words true of every call that returns it, the
+ * system's own for the errnos asyncrt passes through. Never NULL; any
+ * thread. */
 const char *rt_strerror(int err);
 
 #ifdef __cplusplus

@@ -6,6 +6,10 @@
  * writes use MSG_NOSIGNAL, so a peer that went away gives -EPIPE, never
  * SIGPIPE. IPv4 and IPv6 addresses are both accepted wherever a struct
  * sockaddr is taken.
+ * Never polled: no operation of this header holds anything before its
+ * first poll (rt_tcp_connect opens its socket there), so one initialised
+ * and never polled needs no drop; dropping it (also after its rt_io was
+ * closed: see rt_io_close) or initialising it again is safe.
  *
  * TCP_NODELAY is on for every TCP connection the library makes or accepts,
  * as in Go: a small write leaves at once. With Nagle's algorithm (the
@@ -61,9 +65,10 @@ int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, in
  *   connection stays queued, and the next accept, once resources are free,
  *   takes it;
  *   -ESHUTDOWN (the runtime is shutting down) and the errors of registering
- *   the new descriptor with epoll (-ENOMEM, -ENOSPC: the kernel's limit on
- *   watches): the kernel had already accepted the connection, which is
- *   closed again (its peer sees an orderly close or a reset);
+ *   the new descriptor with epoll (-ENOBUFS: the kernel had no memory for
+ *   the watch; -ENOSPC: the kernel's limit on watches): the kernel had
+ *   already accepted the connection, which is closed again (its peer sees
+ *   an orderly close or a reset);
  *   -ECONNABORTED and other errors of accept4(2): that connection is gone.
  * Abort safety: nothing is lost (a connection is only taken by the poll
  * that finishes the operation). */

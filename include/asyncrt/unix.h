@@ -32,7 +32,13 @@
  * the path up on the calling thread, as any path operation does.
  *
  * Threads: the plain functions from any thread; each operation is polled by
- * one task (or thread polling by hand) at a time, like any operation. */
+ * one task (or thread polling by hand) at a time, like any operation.
+ *
+ * Never polled: no operation of this header holds anything before its
+ * first poll (rt_unix_connect makes its socket there; rt_unix_send_fds
+ * only copies the descriptors' numbers), so one initialised and never
+ * polled needs no drop; dropping it (also after its rt_io was closed: see
+ * rt_io_close) or initialising it again is safe. */
 #ifndef ASYNCRT_UNIX_H
 #define ASYNCRT_UNIX_H
 
@@ -109,9 +115,10 @@ int rt_unix_listen(rt_runtime *rt, const char *name, int backlog, unsigned flags
  *   -EMFILE / -ENFILE (out of descriptors) and -ENOMEM (no memory for the
  *   rt_io, which is allocated before the connection is taken): the pending
  *   connection stays queued for the next accept;
- *   -ESHUTDOWN and the errors of registering the new descriptor with epoll:
- *   the connection had been taken and is closed again (the peer reads the
- *   end of the stream);
+ *   -ESHUTDOWN and the errors of registering the new descriptor with epoll
+ *   (-ENOBUFS: no kernel memory for the watch; -ENOSPC: the limit on
+ *   watches): the connection had been taken and is closed again (the peer
+ *   reads the end of the stream);
  *   -EBADF (the listener was closed) and other errors of accept4(2).
  * Abort safety: nothing is lost (a connection is only taken by the poll
  * that finishes the operation). */

@@ -7,7 +7,10 @@
 
 #include "common.h"
 
-/* asyncrt's meaning of the codes it produces itself. */
+/* Plain words for the codes asyncrt produces itself, each true of every
+ * call that returns it (docs/guide.md, "Errors", says what each means for
+ * each kind of call): never one of its causes only. ESHUTDOWN and EDEADLK
+ * have one meaning in asyncrt, which their text says. */
 static const struct {
     int code;
     const char *text;
@@ -15,11 +18,11 @@ static const struct {
     {0, "success"},
     {EINVAL, "invalid argument"},
     {ENOMEM, "out of memory"},
-    {EAGAIN, "resource temporarily unavailable (could not create a thread)"},
+    {EAGAIN, "resource temporarily unavailable; try again"},
     {ESHUTDOWN, "the runtime is shutting down or shut down"},
-    {ECANCELED, "the task was cancelled (aborted or stopped by runtime shutdown)"},
-    {ETIMEDOUT, "the deadline passed"},
-    {EDEADLK, "blocking call from a runtime worker thread would deadlock"},
+    {ECANCELED, "operation cancelled"},
+    {ETIMEDOUT, "timed out"},
+    {EDEADLK, "blocking here would deadlock (a blocking call on a runtime worker thread)"},
 };
 
 RT_EXPORT const char *rt_strerror(int err)

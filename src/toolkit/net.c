@@ -147,11 +147,15 @@ rt_poll rt__io_accept(rt_io *listener, rt_context *cx, rt_io **conn, struct sock
             if (listener->is_tcp && !listener->nodelay_inherited)
                 (void)set_nodelay(fd, true); /* only fails for a socket that is not TCP */
             /* Only the registration can fail now (the runtime is shutting
-             * down, or epoll has no memory for the watch): the connection
-             * is closed, as the headers say. */
+             * down, or epoll has no room or memory for the watch): the
+             * connection is closed, as the headers say. epoll's ENOMEM
+             * becomes ENOBUFS, so that -ENOMEM always means "the connection
+             * stays queued" (the rt_io allocation above). */
             *err = rt__io_register(listener->rt, io, fd, true, listener->is_tcp);
             if (*err < 0) {
                 close(fd);
+                if (*err == -ENOMEM)
+                    *err = -ENOBUFS;
                 return RT_READY;
             }
             *conn = io;
