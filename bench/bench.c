@@ -1057,6 +1057,63 @@ static struct rep_result run_timers(rt_runtime *rt, const struct params *p)
 }
 
 /* ------------------------------------------------------------------------ */
+/* sleep_1ms: one task sleeps 1 ms, 1000 times in a row, on an otherwise    */
+/* idle runtime (every worker parked during each sleep), and records how    */
+/* late each sleep woke it: the precision a lone timer gets, where timers   */
+/* measures many at once. One op: one sleep.                                 */
+/* ------------------------------------------------------------------------ */
+
+#define SLEEP_1MS_COUNT 1000
+
+struct napper {
+    rt_coro co;
+    int64_t *late_ns; /* SLEEP_1MS_COUNT entries, the main thread's */
+    int i;
+    uint64_t t0;
+    struct rep_result *result;
+    rt_sleep nap;
+};
+
+static rt_poll napper_poll(void *state, rt_context *cx, void **out)
+{
+    struct napper *n = state;
+    RT_CORO_BEGIN(&n->co);
+    n->t0 = now_ns();
+    for (n->i = 0; n->i < SLEEP_1MS_COUNT; n->i++) {
+        rt_sleep_init(&n->nap, NULL, RT_MS(1));
+        RT_AWAIT(&n->co, cx, &n->nap);
+        if (n->nap.result < 0)
+            fail("sleep_1ms: rt_sleep: %s", rt_strerror((int)n->nap.result));
+        n->late_ns[n->i] = rt_now_ns() - n->nap.deadline_ns;
+    }
+    n->result->elapsed_ns = now_ns() - n->t0;
+    RT_CORO_END(&n->co, out);
+}
+
+static struct rep_result run_sleep_1ms(rt_runtime *rt, const struct params *p)
+{
+    (void)p;
+    struct rep_result res = {.tasks_spawned = 1};
+    int64_t late[SLEEP_1MS_COUNT];
+    struct napper n = {.late_ns = late, .result = &res};
+    block_on(rt, "sleep_1ms", napper_poll, rt_coro_drop, &n, sizeof n);
+    qsort(late, SLEEP_1MS_COUNT, sizeof *late, compare_i64);
+    if (late[0] < 0)
+        fail("sleep_1ms: a sleep ended %.1f us before its deadline (timer.h: never early)",
+             (double)-late[0] / 1e3);
+    add_extra(&res, "late_p50_us", (double)percentile_i64(late, SLEEP_1MS_COUNT, 50) / 1e3);
+    add_extra(&res, "late_p99_us", (double)percentile_i64(late, SLEEP_1MS_COUNT, 99) / 1e3);
+    add_extra(&res, "late_max_us", (double)late[SLEEP_1MS_COUNT - 1] / 1e3);
+    return res;
+}
+
+static uint64_t ops_sleep_1ms(const struct params *p)
+{
+    (void)p;
+    return SLEEP_1MS_COUNT;
+}
+
+/* ------------------------------------------------------------------------ */
 /* tcp_echo: an echo server on 127.0.0.1, as tasks on the runtime (an        */
 /* acceptor, one task per connection that reads up to 4 KiB and writes it    */
 /* all back), driven by asyncrt-echo-client in a separate process: C         */
@@ -1405,6 +1462,7 @@ static const struct workload WORKLOADS[] = {
     {"chained_spawn", run_chained_spawn, ops_chained_spawn},
     {"fork_join", run_fork_join, ops_fork_join},
     {"timers", run_timers, ops_timers},
+    {"sleep_1ms", run_sleep_1ms, ops_sleep_1ms},
     {"tcp_echo", run_tcp_echo, ops_tcp_echo},
     {"select", run_select, ops_select},
     {"select_fair", run_select_fair, ops_select},

@@ -1,10 +1,13 @@
 /* asyncrt: time, sleeps and intervals.
  *
- * Timers live in a hierarchical timing wheel (6 levels, 250 us resolution)
+ * Timers live in a hierarchical timing wheel (6 levels of 250 us ticks)
  * owned by the runtime's reactor thread, which sleeps until the earliest
- * deadline. A timer never fires early: a sleep of d ns that starts at t
- * completes at some time >= t + d; it is late by the reactor's wake-up
- * latency plus up to 250 us of rounding.
+ * exact deadline (the timers of a tick are ordered by their nanoseconds,
+ * and the reactor asks the kernel for no timer slack). A timer never fires
+ * early: a sleep of d ns that starts at t completes at some time >= t + d;
+ * it is late by the kernel's and the reactor's wake-up latency, and, when
+ * many timers fall due together, by up to 50 us more, which the reactor
+ * waits after a turn that fired several to fire the next in one batch.
  *
  * A sleep is an operation (see future.h): init, RT_POLL until RT_READY,
  * RT_DROP if abandoned. Timeouts and deadlines around any operation are in

@@ -150,6 +150,8 @@ static void file_entry(rt__timer_wheel *wheel, rt__timer_entry *entry)
     unsigned chain = wheel->next_chain++ % RT__TIMER_CHAINS;
     list_push_back(&wheel->slots[slot][chain], &entry->link);
     set_occupied(wheel, slot);
+    if (level == 0 && entry->key < wheel->key_min[slot])
+        wheel->key_min[slot] = entry->key;
     entry->where = RT__TIMER_FILED_IN_WHEEL;
     entry->chain = (uint8_t)chain;
     entry->slot = (uint16_t)slot;
@@ -224,6 +226,8 @@ void rt__timer_wheel_init(rt__timer_wheel *wheel, uint64_t now)
     for (unsigned slot = 0; slot < RT__TIMER_ALL_SLOTS; slot++)
         for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
             list_init(&wheel->slots[slot][chain]);
+    for (unsigned slot = 0; slot < RT__TIMER_LEVEL0_SLOTS; slot++)
+        wheel->key_min[slot] = UINT32_MAX;
     wheel->next_chain = 0;
     list_init(&wheel->due);
     wheel->due_min_deadline = UINT64_MAX;
@@ -246,8 +250,11 @@ bool rt__timer_wheel_cancel(rt__timer_wheel *wheel, rt__timer_entry *entry)
         list_unlink(&entry->link);
         /* The entry may sit in advance()'s private lists of the slot being
          * emptied; then the slot's own lists decide the bit, which is right. */
-        if (slot_is_empty(wheel, entry->slot))
+        if (slot_is_empty(wheel, entry->slot)) {
             clear_occupied(wheel, entry->slot);
+            if (entry->slot < RT__TIMER_LEVEL0_SLOTS)
+                wheel->key_min[entry->slot] = UINT32_MAX;
+        }
         break;
     case RT__TIMER_FILED_DUE:
         list_unlink(&entry->link);
@@ -260,6 +267,13 @@ bool rt__timer_wheel_cancel(rt__timer_wheel *wheel, rt__timer_entry *entry)
     entry->where = RT__TIMER_NOT_FILED;
     wheel->count--;
     return true;
+}
+
+uint32_t rt__timer_wheel_key_bound(const rt__timer_wheel *wheel, uint64_t tick)
+{
+    if (tick <= wheel->now || tick - wheel->now >= RT__TIMER_LEVEL0_SLOTS)
+        return 0;
+    return wheel->key_min[tick & (RT__TIMER_LEVEL0_SLOTS - 1)];
 }
 
 uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel)
@@ -332,6 +346,8 @@ size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_f
         for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
             list_move_all(&wheel->slots[slot][chain], &pending[chain]);
         clear_occupied(wheel, slot);
+        if (level == 0)
+            wheel->key_min[slot] = UINT32_MAX;
         if (level > 0) {
             /* The ring slot of the same tick goes too: its entries are due
              * now, and once the wheel's time is this tick that slot would be
@@ -340,6 +356,7 @@ size_t rt__timer_wheel_advance(rt__timer_wheel *wheel, uint64_t now, rt__timer_f
             for (unsigned chain = 0; chain < RT__TIMER_CHAINS; chain++)
                 list_append_all(&wheel->slots[ring][chain], &pending[chain]);
             clear_occupied(wheel, ring);
+            wheel->key_min[ring] = UINT32_MAX;
         }
         wheel->slots_processed++;
         fired += drain(wheel, pending, RT__TIMER_CHAINS, fire, arg);

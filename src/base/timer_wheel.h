@@ -3,7 +3,9 @@
  * installed.
  *
  * Geometry. Time is a 64-bit count of ticks in whatever base and unit the
- * owner chooses (the reactor: 250 us ticks of a monotonic clock). Level 0 has
+ * owner chooses (the reactor: 250 us ticks of a monotonic clock, within
+ * which it orders timers by their exact deadlines itself, with the entries'
+ * keys). Level 0 has
  * 512 slots of 1 tick and covers 2^9 ticks; level L >= 1 has 64 slots of
  * 2^(9+6(L-1)) ticks each and covers 2^(9+6L) ticks; the whole wheel spans
  * 2^39 ticks (at 250 us, about 4.4 years). The deadline's bits are split into
@@ -142,6 +144,11 @@ typedef struct rt__timer_entry {
      * slot's occupancy bit when the slot empties. Level 0's slots come
      * first, so an index below RT__TIMER_LEVEL0_SLOTS means level 0. */
     uint16_t slot;
+    /* The owner's order among entries of the same tick (the reactor: the
+     * nanoseconds of the deadline past the tick's start). The wheel never
+     * fires by it; it keeps the lowest key of each level-0 slot, which
+     * rt__timer_wheel_key_bound reports. Set before insert. */
+    uint32_t key;
 } rt__timer_entry;
 
 typedef struct rt__timer_wheel {
@@ -154,6 +161,10 @@ typedef struct rt__timer_wheel {
      * zeros away: that is what makes next_deadline() and big jumps of
      * advance() cheap. Level 0 owns words 0-7, level L >= 1 word 7 + L. */
     uint64_t occupied[RT__TIMER_ALL_SLOTS / 64];
+    /* The lowest key filed into each level-0 slot since it was last empty:
+     * a lower bound of the keys it holds (a cancel does not raise it: that
+     * would cost a scan). UINT32_MAX for an empty slot. */
+    uint32_t key_min[RT__TIMER_LEVEL0_SLOTS];
     /* The list heads of the slots, RT__TIMER_CHAINS per slot: level 0's 512
      * slots, then 64 per level. Slot s of level 0 holds the entries due at
      * the one tick of the next 512 whose low 9 bits are s; slot s of level
@@ -218,6 +229,14 @@ static inline bool rt__timer_entry_is_filed(const rt__timer_entry *entry)
  * moves it down and the next call is more precise). A value not later than the
  * wheel's time means "advance now"; UINT64_MAX means the wheel is empty. O(13). */
 uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel);
+
+/* A lower bound of the keys of the entries filed with deadline `tick`,
+ * when `tick` lies within the current level-0 range (later than the wheel's
+ * time and less than 512 ticks ahead), where each slot holds exactly one
+ * tick's entries; 0 otherwise (nothing known), and UINT32_MAX when no entry
+ * of that tick is filed. With next_deadline(), it tells an owner that orders
+ * its entries within a tick how early the first of them can be due. O(1). */
+uint32_t rt__timer_wheel_key_bound(const rt__timer_wheel *wheel, uint64_t tick);
 
 /* Moves the wheel's time forward to `now` (an earlier `now` leaves it where
  * it is) and calls fire(entry, arg) exactly once for every entry filed with a

@@ -52,6 +52,10 @@ typedef struct rt__reactor_hooks {
 #define RT__SUBMIT_GATE_CLOSED 1u
 #define RT__SUBMIT_GATE_ONE 2u
 
+/* The buckets the current tick's timers are sorted into (reactor.c,
+ * "Exact deadlines"): 16 of 15.625 us. */
+#define RT__SOON_BUCKETS 16
+
 typedef struct rt__reactor {
     int epfd;              /* the epoll instance */
     int wakefd;            /* eventfd: a write wakes the reactor */
@@ -61,6 +65,16 @@ typedef struct rt__reactor {
     int64_t epoch_ns;      /* rt__now_ns() at start: tick 0 of the wheel */
     int64_t nap_max_ns;    /* rt_config.reactor_nap_ns */
     rt__timer_wheel wheel; /* reactor thread only */
+    /* Timers whose tick has begun but whose exact deadline has not come
+     * (reactor.c, "Exact deadlines"): the tick, cut into buckets by the
+     * deadline's nanoseconds, each a list and its lowest key, and the first
+     * bucket not empty (RT__SOON_BUCKETS: none). Then when the reactor last
+     * fired two or more timers in a turn. Reactor thread only. */
+    uint64_t soon_tick;
+    rt__timer_entry *soon[RT__SOON_BUCKETS];
+    uint32_t soon_min[RT__SOON_BUCKETS];
+    unsigned soon_first;
+    int64_t last_fire_ns;
     /* The thread's wake batch, made before it starts. */
     struct rt__wake_batch *batch;
     /* The next nap's length, at most nap_max_ns (reactor.c, "Naps"). */
@@ -73,10 +87,11 @@ typedef struct rt__reactor {
     RT_ALIGNED_CACHELINE struct __cds_wfcq_head cmd_head;
     struct cds_wfcq_tail cmd_tail;
 
-    /* The wheel time (ticks) the reactor sleeps until, UINT64_MAX for no
-     * timeout, 0 while it is awake and will look at the commands anyway.
-     * A thread that arms an earlier timer kicks it (see timer.c). */
-    RT_ALIGNED_CACHELINE uint64_t sleeping_until_tick;
+    /* The earliest timer deadline (rt__now_ns() time) the reactor sleeps
+     * towards, UINT64_MAX for no timeout, 0 while it is awake and will look
+     * at the commands anyway. A thread that arms an earlier timer kicks it
+     * (see timer.c). */
+    RT_ALIGNED_CACHELINE uint64_t sleeping_until_ns;
     /* 1 while an eventfd write is pending: kicks are not repeated. */
     uint32_t kick_pending;
     /* 1 while the reactor naps, or is about to (see "Naps" in reactor.c):
@@ -125,8 +140,8 @@ int rt__reactor_start(rt__reactor *r, int64_t nap_max_ns, const rt__reactor_hook
  * registrations, closes its descriptors. */
 void rt__reactor_stop(rt__reactor *r);
 
-/* Wakes the reactor if it sleeps past `deadline_tick` (wheel time). */
-void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_tick);
+/* Wakes the reactor if it sleeps past `deadline_ns` (rt__now_ns() time). */
+void rt__reactor_kick_before(rt__reactor *r, uint64_t deadline_ns);
 
 /* Ends the reactor's nap, if it naps. Called by a worker of the runtime
  * right after it announced itself parked (a full barrier; see "Naps" in
@@ -160,22 +175,22 @@ bool rt__reactor_overdue(const rt__reactor *r, int64_t now_ns);
 typedef struct rt__timer_batch {
     struct rt__timer *timers[RT__TIMER_BATCH]; /* commands not yet handed over */
     unsigned len;                              /* entries in use */
-    uint64_t min_tick;                         /* the earliest deadline among them (wheel ticks) */
+    uint64_t min_ns;                           /* the earliest deadline among them */
     int64_t since;                             /* when the first came (rt_now_ns) */
 } rt__timer_batch;
 
 /* Queues a timer command (timer_internal.h), handing the reactor one
  * reference to the timer. `batch`: the calling worker's batch when the
- * caller is a worker of the reactor's runtime, else NULL. `kick_tick`: the
- * timer's deadline in wheel ticks, to wake the reactor if it sleeps past it
- * (UINT64_MAX: never, for a cancellation). `slack_ns`: how long before the
+ * caller is a worker of the reactor's runtime, else NULL. `kick_ns`: the
+ * timer's deadline (rt__now_ns() time), to wake the reactor if it sleeps
+ * past it (UINT64_MAX: never, for a cancellation). `slack_ns`: how long before the
  * timer is due (INT64_MAX: a cancellation, never urgent). With a batch, a
  * command with at least RT__TIMER_BATCH_SLACK_NS of slack joins it (see
  * rt__timer_batch_flush); any other is queued at once, with the batch
  * before it. Returns false, queuing nothing and keeping the reference with
  * the caller, once the reactor is stopping. */
 bool rt__reactor_submit_timer(rt__reactor *r, rt__timer_batch *batch, struct rt__timer *t,
-                              uint64_t kick_tick, int64_t slack_ns);
+                              uint64_t kick_ns, int64_t slack_ns);
 
 /* Hands a worker's batch to the reactor (one splice, one kick check). The
  * worker itself: after a poll when the batch is old enough, before it parks,
@@ -209,12 +224,16 @@ void rt__reactor_release_io(rt__reactor *r, struct rt_io *io);
 void rt__reactor_look_begin(rt__reactor *r);
 void rt__reactor_look_end(rt__reactor *r);
 
-/* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). */
+/* The wheel's tick: 250 us (timer_wheel.h says why not 1 ms). Timers
+ * still fire at their exact deadline: the wheel holds each in the tick its
+ * deadline falls in, and the reactor orders the timers of a tick that has
+ * begun by their exact deadlines (reactor.c, "Exact deadlines"). */
 #define RT__TIMER_TICK_NS 250000
 
-/* Wheel time (ticks) of an absolute rt__now_ns() deadline, rounded up so a
- * timer never fires before it. */
-uint64_t rt__reactor_deadline_tick(const rt__reactor *r, int64_t deadline_ns);
+/* Sets a timer entry's deadline for the reactor's wheel: the tick the
+ * deadline falls in (rounded down) and, as its key, the nanoseconds past
+ * that tick's start. */
+void rt__reactor_file_deadline(const rt__reactor *r, int64_t deadline_ns, rt__timer_entry *entry);
 
 /* Collects wakes made on the reactor thread, flushed after the turn's timers
  * and again after its descriptor events.

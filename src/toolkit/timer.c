@@ -37,7 +37,7 @@ static rt__timer *timer_new(rt__reactor *r, int64_t deadline_ns, rt_context *cx)
     if (t == NULL)
         return NULL;
     rt__timer_entry_init(&t->entry);
-    t->entry.deadline = rt__reactor_deadline_tick(r, deadline_ns);
+    rt__reactor_file_deadline(r, deadline_ns, &t->entry);
     t->waker = rt_waker_clone(rt_context_waker(cx));
     t->refs = 2;
     t->state = RT__TIMER_QUEUED;
@@ -93,8 +93,8 @@ static rt_poll sleep_poll_timer(rt_sleep *s, rt_context *cx, int *err)
             e = -ESHUTDOWN;
         else if ((t = timer_new(r, s->deadline_ns, cx)) == NULL)
             e = -ENOMEM;
-        else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t, t->entry.deadline,
-                                           s->deadline_ns - now)) {
+        else if (!rt__reactor_submit_timer(r, rt__current_timer_batch(s->rt), t,
+                                           (uint64_t)s->deadline_ns, s->deadline_ns - now)) {
             rt__timer_unref(t, 2); /* never published */
             e = -ESHUTDOWN;
         }

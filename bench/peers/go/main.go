@@ -438,6 +438,48 @@ func benchTimers() {
 	})
 }
 
+// ---- sleep_1ms -----------------------------------------------------------------
+
+// One goroutine sleeps 1 ms, 1000 times in a row, on an otherwise idle
+// runtime, and records how late each sleep woke it. One op: one sleep.
+func benchSleep1ms() {
+	const count = 1000
+	var lates []int64
+	measuring := false
+	measure("sleep_1ms", count, func() time.Duration {
+		late := make([]int64, count)
+		d := onRuntime(func() time.Duration {
+			done := make(chan time.Duration)
+			go func() {
+				start := time.Now()
+				for i := 0; i < count; i++ {
+					t0 := time.Now()
+					time.Sleep(time.Millisecond)
+					late[i] = int64(time.Since(t0) - time.Millisecond)
+				}
+				done <- time.Since(start)
+			}()
+			return <-done
+		})
+		if measuring {
+			lates = append(lates, late...)
+		}
+		measuring = true // the first call is the warm-up
+		return d
+	}, func(durs []time.Duration) []kv {
+		sort.Slice(lates, func(i, j int) bool { return lates[i] < lates[j] })
+		pct := func(p float64) string {
+			idx := int(p * float64(len(lates)-1))
+			return fmtF(float64(lates[idx]) / 1e3)
+		}
+		return []kv{
+			{"late_p50_us", pct(0.50)},
+			{"late_p99_us", pct(0.99)},
+			{"late_max_us", fmtF(float64(lates[len(lates)-1]) / 1e3)},
+		}
+	})
+}
+
 // ---- tcp_echo server ---------------------------------------------------------
 
 // One goroutine per connection; it reads up to 4 KiB and writes it all back
@@ -535,6 +577,7 @@ func main() {
 		{"chained_spawn", benchChainedSpawn},
 		{"fork_join", benchForkJoin},
 		{"timers", benchTimers},
+		{"sleep_1ms", benchSleep1ms},
 		{"select", benchSelect},
 		{"select_fair", benchSelectFair},
 	}

@@ -33,6 +33,7 @@ const WORKLOADS: &[&str] = &[
     "chained_spawn",
     "fork_join",
     "timers",
+    "sleep_1ms",
     "select",
     "select_fair",
 ];
@@ -430,6 +431,38 @@ fn timers(rt: &Runtime, p: &Params) -> Sample {
     }
 }
 
+/// sleep_1ms: one task sleeps 1 ms, 1000 times in a row, on an otherwise idle
+/// runtime, and records how late each sleep woke it. One op: one sleep.
+fn sleep_1ms(rt: &Runtime) -> Sample {
+    const COUNT: usize = 1000;
+    let (elapsed, mut v) = on_worker(rt, async move {
+        let mut late = Vec::with_capacity(COUNT);
+        let start = Instant::now();
+        for _ in 0..COUNT {
+            let d = Duration::from_millis(1);
+            let deadline = Instant::now() + d;
+            tokio::time::sleep(d).await;
+            let woke = Instant::now();
+            late.push(if woke >= deadline {
+                (woke - deadline).as_nanos() as i64
+            } else {
+                -((deadline - woke).as_nanos() as i64)
+            });
+        }
+        (start.elapsed(), late)
+    });
+    v.sort_unstable();
+    let us = |ns: i64| ns as f64 / 1000.0;
+    Sample {
+        elapsed,
+        extras: vec![
+            ("late_p50_us", us(percentile(&v, 50.0))),
+            ("late_p99_us", us(percentile(&v, 99.0))),
+            ("late_max_us", us(*v.last().unwrap_or(&0))),
+        ],
+    }
+}
+
 fn ops_of(name: &str, p: &Params) -> u64 {
     match name {
         "spawn_local" | "spawn_remote" => p.spawn_n as u64,
@@ -438,6 +471,7 @@ fn ops_of(name: &str, p: &Params) -> u64 {
         "chained_spawn" => p.chain_depth as u64,
         "fork_join" => 2 * fib_seq(p.fib_n + 1) - 1,
         "timers" => p.timers_n as u64,
+        "sleep_1ms" => 1000,
         "select" | "select_fair" => (p.select_tasks / 2 * 2 * p.rounds) as u64,
         _ => unreachable!(),
     }
@@ -452,6 +486,7 @@ fn run_one(rt: &Runtime, name: &str, p: &Params) -> Sample {
         "chained_spawn" => chained_spawn(rt, p),
         "fork_join" => fork_join(rt, p),
         "timers" => timers(rt, p),
+        "sleep_1ms" => sleep_1ms(rt),
         "select" => select(rt, p, false),
         "select_fair" => select(rt, p, true),
         _ => unreachable!(),
