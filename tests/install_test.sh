@@ -2,11 +2,15 @@
 # Installs asyncrt into a temporary prefix with `meson install`, then builds a
 # program outside the tree the way a user would:
 #     cc app.c $(pkg-config --cflags --libs asyncrt)
-# and runs it, against the shared library and against the static one.
-#   tests/install_test.sh SOURCE_ROOT
+# and runs it, against the shared library and against the static one. With
+# a sanitizer, the library is built under it, and asyncrt.pc alone must give
+# the program everything it needs to link (a ThreadSanitizer build calls
+# liburcu's queue out of line).
+#   tests/install_test.sh SOURCE_ROOT [none|address,undefined|thread]
 set -euo pipefail
 trap 'echo "install test: failed at line $LINENO" >&2' ERR
 src=$1
+sanitizer=${2:-none}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -19,7 +23,8 @@ for pc in ck liburcu; do
     ln -s "$f" "$tmp/pc/$pc.pc"
 done
 PKG_CONFIG_LIBDIR="$tmp/pc" meson setup "$tmp/build" "$src" --prefix="$tmp/prefix" \
-    --buildtype=release >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log"; exit 1; }
+    --buildtype=release -Dsanitizer="$sanitizer" -Dbench=disabled -Dexamples=disabled \
+    >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log"; exit 1; }
 grep -q "Run-time dependency criterion found: NO" "$tmp/setup.log" ||
     { echo "install test: Criterion was visible to the setup" >&2; exit 1; }
 ninja -C "$tmp/build" install >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
@@ -29,8 +34,15 @@ pcdir=$(dirname "$(find "$tmp/prefix" -name asyncrt.pc | head -n 1)")
 # and must bring no flags of theirs (static linking included).
 export PKG_CONFIG_LIBDIR="$pcdir"
 flags=$(pkg-config --cflags --libs --static asyncrt)
-case "$flags" in
+case "$sanitizer:$flags" in
+    thread:*-lurcu-common*) ;; # the one library a ThreadSanitizer build needs
     *ck*|*urcu*|*-D__x86_64__*) echo "install test: asyncrt.pc leaks: $flags" >&2; exit 1 ;;
+esac
+case "$sanitizer:$flags" in
+    none:*-fsanitize*) echo "install test: a plain asyncrt.pc asks for a sanitizer" >&2; exit 1 ;;
+    none:*) ;;
+    *:*-fsanitize="$sanitizer"*) ;;
+    *) echo "install test: asyncrt.pc of a $sanitizer build lacks -fsanitize: $flags" >&2; exit 1 ;;
 esac
 test "$(pkg-config --modversion asyncrt)" = "$(sed -n 's/^#define ASYNCRT_VERSION_STRING "\(.*\)"/\1/p' "$src/include/asyncrt/version.h")"
 test -f "$tmp/prefix/include/asyncrt.h"
@@ -49,8 +61,10 @@ LD_LIBRARY_PATH="$libdir" "$tmp/app"
 deps=$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/app")
 grep -q "$libdir/libasyncrt.so" <<<"$deps"
 
+# Static: the archive, then what `pkg-config --static` lists besides it.
 # shellcheck disable=SC2046
 "$cc" -std=c11 -Wall -Wextra -Werror -static-libgcc -o "$tmp/app_static" "$tmp/app.c" \
-    $(pkg-config --cflags asyncrt) "$libdir/libasyncrt.a" $(pkg-config --static --libs-only-l asyncrt | sed 's/-lasyncrt//')
+    $(pkg-config --cflags asyncrt) "$libdir/libasyncrt.a" \
+    $(pkg-config --static --libs asyncrt | sed 's/-lasyncrt//; s/-L[^ ]*//g')
 "$tmp/app_static"
-echo "install test passed"
+echo "install test passed (sanitizer: $sanitizer)"
