@@ -109,6 +109,14 @@ void rt_coro_release(rt_coro *co, rt_guard *g);
  * by hand) it does nothing. */
 void rt_coro_started(rt_coro *co);
 
+/* Marks the jumps into the middle of a coroutine's switch as meant, for
+ * -Wimplicit-fallthrough (the comment form does not survive a macro). */
+#if defined(__GNUC__) && (__GNUC__ >= 7 || defined(__clang__))
+#define RT__FALLTHROUGH __attribute__((__fallthrough__))
+#else
+#define RT__FALLTHROUGH ((void)0)
+#endif
+
 static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
 {
     co->site = site;
@@ -136,7 +144,7 @@ static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
     do {                                                                                           \
         (co)->line = __LINE__;                                                                     \
         (co)->awaiting = (fut);                                                                    \
-        /* fallthrough */                                                                          \
+        RT__FALLTHROUGH;                                                                           \
     case __LINE__:                                                                                 \
         if (rt__future_poll_inline((co)->awaiting, (cx)) != RT_READY)                              \
             return RT_PENDING;                                                                     \
@@ -167,7 +175,7 @@ static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
 #define RT_AWAIT_POLL(co, poll_expr)                                                               \
     do {                                                                                           \
         (co)->line = __LINE__;                                                                     \
-        /* fallthrough */                                                                          \
+        RT__FALLTHROUGH;                                                                           \
     case __LINE__:                                                                                 \
         if ((poll_expr) != RT_READY)                                                               \
             return RT_PENDING;                                                                     \
@@ -210,6 +218,7 @@ static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
 /* Closes the body. Falling off the end finishes with a NULL result; polling a
  * finished coroutine again reports RT_READY with a NULL result. */
 #define RT_CORO_END(co, out)                                                                       \
+    RT__FALLTHROUGH;                                                                               \
     default:                                                                                       \
         break;                                                                                     \
         }                                                                                          \
