@@ -498,3 +498,42 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
                  atomic_load(&dlog.boxes));
     cr_assert_eq(atomic_load(&dlog.bad), 0);
 }
+
+/* ---- A cancel that comes before a child's handle is installed ------------ */
+
+/* In debug-yield builds the library has named race windows a test may use
+ * (src/base/atomic.h, RT__DEBUG_WINDOW); elsewhere this weak reference is
+ * NULL. */
+extern void (*volatile rt__debug_window_hook)(const char *window) __attribute__((weak));
+
+static rt_group *_Atomic window_group;
+
+static void cancel_in_window(const char *window)
+{
+    rt_group *g = atomic_load(&window_group);
+    if (g != NULL && strcmp(window, "group.spawn") == 0)
+        rt_group_cancel(g);
+}
+
+Test(group, a_cancel_between_a_spawn_and_its_handle_still_cancels_the_child)
+{
+    if (&rt__debug_window_hook == NULL)
+        cr_skip_test("the spawn's window is named in debug-yield builds only");
+    rt_runtime *rt = new_runtime(2);
+    rt_group *g = new_group(rt, false);
+    rt__debug_window_hook = cancel_in_window;
+    atomic_store(&window_group, g);
+    /* A child that never finishes by itself: only the cancel made while its
+     * spawn had not yet installed its handle can end it. */
+    struct child c = {.kind = CHILD_FOREVER};
+    spawn_child(g, &c);
+    atomic_store(&window_group, NULL);
+    rt__debug_window_hook = NULL;
+    size_t failed = 99, cancelled = 0;
+    cr_assert_eq(hand_wait(rt, g, false, 10 * SEC, &failed, &cancelled), 0,
+                 "the child was not cancelled: join_all timed out");
+    cr_assert_eq(cancelled, 1);
+    cr_assert_eq(failed, 0);
+    rt_group_free(g);
+    finish_runtime(rt, 0);
+}

@@ -264,6 +264,8 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
         free(rec);
         return err;
     }
+    /* A test may cancel the group right here, before the handle is in. */
+    RT__DEBUG_WINDOW("group.spawn");
     /* Install the handle for cancels, unless the child has reported (and
      * released it) already; carry out a cancel that could not reach it. */
     rt__waitq_lock(&g->lock);
