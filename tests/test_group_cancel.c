@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -535,5 +536,42 @@ Test(group, a_cancel_between_a_spawn_and_its_handle_still_cancels_the_child)
     cr_assert_eq(cancelled, 1);
     cr_assert_eq(failed, 0);
     rt_group_free(g);
+    finish_runtime(rt, 0);
+}
+
+/* ---- A group freed while a spawn into it is in progress ------------------ */
+
+static rt_group *_Atomic free_window_group;
+
+/* In the spawn's window (the child spawned, its handle not yet installed),
+ * the owner frees the group and the child finishes and reports: only the
+ * spawn in progress still holds the group then. */
+static void free_in_window(const char *window)
+{
+    rt_group *g = atomic_exchange(&free_window_group, NULL);
+    if (g == NULL || strcmp(window, "group.spawn") != 0)
+        return;
+    rt_group_free(g);
+    cr_assert(event_wait_for(&child_dropped, 1), "the child never finished");
+    /* Its report follows its drop on the same thread; the spawn's
+     * reference keeps the group readable until then. */
+    while (rt_group_len(g) > 0)
+        sched_yield();
+}
+
+Test(group, a_spawn_in_progress_keeps_the_group_while_its_owner_frees_it)
+{
+    if (&rt__debug_window_hook == NULL)
+        cr_skip_test("the spawn's window is named in debug-yield builds only");
+    rt_runtime *rt = new_runtime(2);
+    rt_group *g = new_group(rt, false);
+    rt__debug_window_hook = free_in_window;
+    atomic_store(&free_window_group, g);
+    /* Without its own reference the spawn would lock a freed group once
+     * the window ends (ASan reports it; elsewhere memory is corrupted). */
+    struct child c = {.kind = CHILD_VALUE, .value = 1};
+    spawn_child(g, &c);
+    rt__debug_window_hook = NULL;
+    cr_assert_null(atomic_load(&free_window_group), "the window was never reached");
     finish_runtime(rt, 0);
 }

@@ -387,3 +387,59 @@ Test(task_status, a_discarding_group_counts_failed_and_cancelled_apart)
     rt_group_free(g);
     finish_runtime(rt, 0);
 }
+
+/* A child may finish with -ECANCELED as its own status and a result: that
+ * result is disposed of like any other (a cancelled child has none), and
+ * the child counts as failed, not cancelled. LeakSanitizer sees a result
+ * that was lost. */
+struct own_cancel {
+    rt_coro co;
+    struct event *done;
+};
+
+static rt_poll own_cancel_poll(void *p, rt_context *cx, void **out)
+{
+    struct own_cancel *c = p;
+    (void)cx;
+    RT_CORO_BEGIN(&c->co);
+    event_signal(c->done);
+    RT_RETURN_STATUS(&c->co, out, malloc(16), -ECANCELED);
+    RT_CORO_END(&c->co, out);
+}
+
+static void free_dispose(void *value, void *arg)
+{
+    free(value);
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+Test(task_status, a_child_failing_with_ecanceled_itself_has_its_result_disposed)
+{
+    rt_runtime *rt = new_runtime(2);
+    atomic_int disposed = 0;
+    rt_group_options o;
+    rt_group_options_init(&o);
+    o.dispose = free_dispose;
+    o.dispose_arg = &disposed;
+    for (int discard = 0; discard < 2; discard++) {
+        o.discard = discard;
+        rt_group *g;
+        cr_assert_eq(rt_group_new_ex(rt, &o, &g), 0);
+        struct event done = EVENT_INIT;
+        struct own_cancel c = {.done = &done};
+        cr_assert_eq(rt_group_spawn(g, NULL, own_cancel_poll, rt_coro_drop, &c, sizeof c, NULL), 0);
+        cr_assert(event_wait_for(&done, 1));
+        rt_group_wait w;
+        cr_assert_eq(rt_group_join_all_init(&w, g), 0);
+        struct event woken = EVENT_INIT;
+        rt_context cx = event_context(&woken);
+        for (unsigned long seen = 0; RT_POLL(&w, &cx) == RT_PENDING; seen++)
+            cr_assert(event_wait_for(&woken, seen + 1));
+        cr_assert_eq(w.failed, 1, "discard %d: failed %zu", discard, w.failed);
+        cr_assert_eq(w.cancelled, 0, "discard %d: cancelled %zu", discard, w.cancelled);
+        cr_assert_eq(atomic_load(&disposed), discard + 1, "discard %d: the result was lost",
+                     discard);
+        rt_group_free(g);
+    }
+    finish_runtime(rt, 0);
+}

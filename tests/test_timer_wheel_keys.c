@@ -84,3 +84,23 @@ Test(timer_wheel_keys, a_fired_slot_forgets_its_bound)
                  "the key of the tick fired a lap earlier is not kept");
     rt__timer_wheel_cancel(&wheel, &b);
 }
+
+Test(timer_wheel_keys, a_higher_level_slot_beginning_at_the_tick_voids_the_bound)
+{
+    /* Entry a, filed from far ahead, waits in level 1's slot [1536, 2048);
+     * entry b of the same tick 1536 is filed later, when 1536 is within
+     * level 0's range. Both slots begin at 1536: level 0's key alone
+     * (900) would wake the owner after a's deadline (key 10). */
+    rt__timer_wheel_init(&wheel, 1000);
+    rt__timer_entry a, b;
+    file(&a, 1536, 10);
+    fired = 0;
+    rt__timer_wheel_advance(&wheel, 1100, count, NULL);
+    cr_assert_eq(fired, 0);
+    file(&b, 1536, 900);
+    cr_assert_eq(rt__timer_wheel_next_deadline(&wheel), 1536);
+    cr_assert_leq(rt__timer_wheel_key_bound(&wheel, 1536), 10,
+                  "the bound ignores the level-1 entry due at the same tick");
+    rt__timer_wheel_advance(&wheel, 1536, count, NULL);
+    cr_assert_eq(fired, 2, "both fire when the tick begins");
+}

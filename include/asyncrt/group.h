@@ -73,8 +73,11 @@ int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *
  * that there is no join handle: the result comes out of rt_group_next.
  * *id (may be NULL) receives the child's task id.
  * Errors: as rt_spawn_ex (-EINVAL for g or poll NULL, or state NULL with
- * size > 0), and -EPIPE when the group is closing or freed. On error nothing
- * was spawned and drop was not called. Any thread. */
+ * size > 0), and -EPIPE when the group is closing. On error nothing was
+ * spawned and drop was not called. Any thread; a spawn in progress keeps
+ * the group allocated until it returns, so the owner may close or free the
+ * group meanwhile, but a spawn must begin before rt_group_free (the caller
+ * holds no reference of its own otherwise). */
 int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
                    const void *state, size_t size, uint64_t *id);
 
@@ -155,14 +158,16 @@ int rt_group_join_all_init(rt_group_wait *op, rt_group *g);
 int rt_group_close_init(rt_group_wait *op, rt_group *g);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
- * releases the owner's reference without waiting. Results not collected go
- * to dispose (now or as the children finish). Every group needs this call,
- * also after rt_group_close or rt_group_join_all completed (they wait, but
- * release nothing). g must not be used afterwards: a second rt_group_free
- * while children still hold the group is reported as misuse and changes
- * nothing; once they are gone the memory is freed, and a second call is a
- * use after free (AddressSanitizer reports it). NULL is a no-op. Any
- * thread, drop functions included. */
+ * releases the owner's reference without waiting. Results not collected go to
+ * dispose (now or as the children finish). Every group needs this call, also
+ * after rt_group_close or rt_group_join_all completed (they wait, but release
+ * nothing). Results of children still running then go to dispose as they
+ * finish, at a time the owner cannot know: close the group first when
+ * dispose_arg must be freed afterwards. g must not be used afterwards: a
+ * second rt_group_free while children still hold the group is reported as
+ * misuse and changes nothing; once they are gone the memory is freed, and a
+ * second call is a use after free (AddressSanitizer reports it). NULL is a
+ * no-op. Any thread, drop functions included. */
 void rt_group_free(rt_group *g);
 
 #ifdef __cplusplus

@@ -273,6 +273,11 @@ uint32_t rt__timer_wheel_key_bound(const rt__timer_wheel *wheel, uint64_t tick)
 {
     if (tick <= wheel->now || tick - wheel->now >= RT__TIMER_LEVEL0_SLOTS)
         return 0;
+    /* A slot of a higher level that begins at this tick may hold entries
+     * of this very tick, whose keys level 0 does not know. */
+    for (unsigned level = 1; level < RT__TIMER_LEVELS; level++)
+        if (!level_is_empty(wheel, level) && level_next_slot_start(wheel, level) == tick)
+            return 0;
     return wheel->key_min[tick & (RT__TIMER_LEVEL0_SLOTS - 1)];
 }
 

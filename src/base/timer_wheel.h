@@ -230,12 +230,13 @@ static inline bool rt__timer_entry_is_filed(const rt__timer_entry *entry)
  * wheel's time means "advance now"; UINT64_MAX means the wheel is empty. O(13). */
 uint64_t rt__timer_wheel_next_deadline(const rt__timer_wheel *wheel);
 
-/* A lower bound of the keys of the entries filed with deadline `tick`,
- * when `tick` lies within the current level-0 range (later than the wheel's
- * time and less than 512 ticks ahead), where each slot holds exactly one
- * tick's entries; 0 otherwise (nothing known), and UINT32_MAX when no entry
- * of that tick is filed. With next_deadline(), it tells an owner that orders
- * its entries within a tick how early the first of them can be due. O(1). */
+/* A lower bound of the keys of the entries filed with deadline `tick`, when
+ * `tick` lies within the current level-0 range (later than the wheel's time
+ * and less than 512 ticks ahead), where each slot holds exactly one tick's
+ * entries, and no slot of a higher level begins at it; 0 otherwise (nothing
+ * known), and UINT32_MAX when no entry of that tick is filed. With
+ * next_deadline(), it tells an owner that orders its entries within a tick
+ * how early the first of them can be due. O(1). */
 uint32_t rt__timer_wheel_key_bound(const rt__timer_wheel *wheel, uint64_t tick);
 
 /* Moves the wheel's time forward to `now` (an earlier `now` leaves it where

@@ -133,8 +133,10 @@ static void soon_push(rt__reactor *r, rt__timer_entry *e)
         r->soon_first = b;
 }
 
-/* What the wheel's callback needs: where fired timers' wakes go, and the
- * time of this advance, in nanoseconds from the epoch. */
+/* What the wheel's callback needs: where fired timers' wakes go, the time
+ * of this advance, in nanoseconds from the epoch, and how many timers woke
+ * someone (a cancelled one, found at its deadline, does not count towards
+ * coalescing: it woke nobody). */
 typedef struct due_ctx {
     rt__reactor *r;
     rt__wake_batch *batch;
@@ -147,8 +149,7 @@ static void timer_due(rt__timer_entry *entry, void *arg)
 {
     due_ctx *d = arg;
     if (exact_deadline(entry) <= d->now) {
-        rt__timer_fire(entry, d->batch);
-        d->fired++;
+        d->fired += rt__timer_fire(entry, d->batch);
     } else {
         soon_push(d->r, entry);
     }
@@ -170,8 +171,7 @@ static void fire_soon(due_ctx *d)
         while (e != NULL) {
             rt__timer_entry *next = soon_of(e->link.next);
             if (b < last || exact_deadline(e) <= d->now) {
-                rt__timer_fire(e, d->batch);
-                d->fired++;
+                d->fired += rt__timer_fire(e, d->batch);
             } else {
                 soon_push(r, e); /* the clock's bucket, not yet due */
             }

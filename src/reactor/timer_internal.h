@@ -40,7 +40,10 @@
  * command holds one; it becomes the wheel's when the reactor files the
  * timer, or is dropped when the reactor takes the arm command of a timer
  * already cancelled. The wheel's goes when the timer fires, when a cancel
- * command unfiles it, or when the reactor stops (release_at_stop). A cancel
+ * command unfiles it, or when the reactor stops (release_at_stop); a timer
+ * in the `soon` buckets keeps it there, unfiled as the wheel sees it, so a
+ * cancel command leaves it, and its fire, at its deadline, finds it
+ * cancelled and gives the reference back. A cancel
  * command holds its own, because the wheel may fire (and so drop its
  * reference) while the command is still queued; when the reactor refuses
  * the command (it is stopping), the future takes that reference back.
@@ -69,7 +72,9 @@ enum {
     /* Armed by its future; the arm command is queued (or in a worker's
      * batch), not yet taken by the reactor. */
     RT__TIMER_QUEUED = 0,
-    /* In the reactor's wheel, or left there when the reactor stopped. */
+    /* In the reactor's wheel, or in its `soon` buckets (its tick has begun,
+     * its exact deadline not yet: reactor.c, "Exact deadlines"), or left
+     * there when the reactor stopped. */
     RT__TIMER_FILED = 1,
     /* Fired: the reactor took its waker and woke it. */
     RT__TIMER_FIRED = 2,
@@ -160,11 +165,12 @@ static inline void rt__timer_unlock(rt__timer *t, uint32_t phase)
     rt__store_release_u32(&t->state, phase);
 }
 
-/* The reactor's side (timer_reactor.c): a command taken from the queue, a timer the wheel
- * fires (`batch` gathers the wakes), and a timer left in the wheel when the
- * reactor stops (its waiter is woken, to see -ESHUTDOWN). */
+/* The reactor's side (timer_reactor.c): a command taken from the queue, a
+ * timer whose deadline has come (`batch` gathers the wakes; true when it
+ * woke its waiter, false for one cancelled), and a timer left in the wheel
+ * when the reactor stops (its waiter is woken, to see -ESHUTDOWN). */
 void rt__timer_command(rt__reactor *r, rt__timer *t);
-void rt__timer_fire(rt__timer_entry *entry, void *batch);
+bool rt__timer_fire(rt__timer_entry *entry, struct rt__wake_batch *batch);
 void rt__timer_release_at_stop(rt__timer_entry *entry, void *unused);
 
 #endif

@@ -26,9 +26,9 @@ void rt__timer_command(rt__reactor *r, rt__timer *t)
     rt__timer_unref(t, was_filed ? 2 : 1);
 }
 
-void rt__timer_fire(rt__timer_entry *entry, void *arg)
+bool rt__timer_fire(rt__timer_entry *entry, rt__wake_batch *batch)
 {
-    rt__wake_batch *batch = arg;
+    bool woke = false;
     rt__timer *t = caa_container_of(entry, rt__timer, entry);
     uint32_t phase = rt__timer_lock(t, RT__TIMER_FILED);
     if (phase == RT__TIMER_FILED) {
@@ -40,10 +40,12 @@ void rt__timer_fire(rt__timer_entry *entry, void *arg)
         RT__EV_TIMER_FIRE(w.vtable == batch->hooks->task_vtable ? ((const rt_task *)w.data)->id
                                                                 : 0);
         rt__wake_batch_add(batch, &w);
+        woke = true;
     } else {
         rt__timer_unlock(t, phase); /* cancelled: its cancel command, if any, finds it unfiled */
     }
     rt__timer_unref(t, 1); /* the wheel's reference */
+    return woke;
 }
 
 void rt__timer_release_at_stop(rt__timer_entry *entry, void *unused)

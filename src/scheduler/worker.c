@@ -186,7 +186,7 @@ static void cancel_running(rt__worker *w, rt_task *t)
      * its own waker from there is harmless, the task completes next. */
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     rt__task_drop_future(t);
-    rt__task_finish(t, NULL, -ECANCELED);
+    rt__task_finish(t, NULL, -ECANCELED, true);
     rt__store_relaxed_ptr((void **)&w->own.current, NULL);
     rt__stat_add(&w->cancelled, 1);
     rt__task_complete(t, true, 1); /* and the run queue's reference */
@@ -302,7 +302,7 @@ static void run_task(rt__worker *w, rt_task *t)
         if (status == 0 && (rt__load_relaxed_u64(&t->state) & RT__TASK_CORO))
             status = ((const rt_coro *)t->future_state)->status;
         rt__task_drop_future(t);
-        rt__task_finish(t, out, status);
+        rt__task_finish(t, out, status, false);
         rt__store_relaxed_ptr((void **)&w->own.current, NULL);
         rt__stat_add(&w->stats.polls, 1);
         rt__stat_add(&w->completed, 1);

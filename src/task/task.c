@@ -125,7 +125,7 @@ void rt__task_cancel_at_shutdown(rt_task *t)
 {
     rt__task_state_claim_for_shutdown(t);
     rt__task_drop_future(t);
-    rt__task_finish(t, NULL, -ECANCELED);
+    rt__task_finish(t, NULL, -ECANCELED, true);
     rt__task_complete(t, true, 0);
     /* A queue entry, if any, is drained later; the registry drops its own. */
 }
@@ -192,7 +192,7 @@ void rt__task_run_job(rt_task *t)
     /* Before the completion, so that a joiner finds the argument released. */
     if (js.release != NULL)
         js.release(js.arg);
-    rt__task_finish(t, value, cancelled ? -ECANCELED : 0);
+    rt__task_finish(t, value, cancelled ? -ECANCELED : 0, cancelled);
     /* No registry reference keeps the task alive here, so the queue's
      * reference is dropped separately, after the completion. */
     rt__task_complete(t, cancelled, 0);

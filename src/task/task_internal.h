@@ -436,12 +436,14 @@ static inline bool rt__task_state_unhold(rt_task *t)
 
 /* What a task spawned with options keeps, just before its header in the
  * same allocation (so the header stays one cache line for every task). */
-/* Told how a task ended, once its drop has run and before it is COMPLETE
- * (so before any joiner can see the outcome): its result and status (0, its
- * own error, or -ECANCELED). Runs on the thread that completes the task (a
- * worker, or the shutdown's caller), as the task: it must not block. What a
- * group child reports to its group through (group.c). */
-typedef void (*rt__task_finish_fn)(void *arg, rt_task *t, void *value, int status);
+/* Told how a task ended, once its drop has run and before it is COMPLETE (so
+ * before any joiner can see the outcome): its result and status (0, its own
+ * error, or -ECANCELED), and whether it was cancelled (aborted or cancelled
+ * by shutdown: its result is then NULL; a task may also finish with
+ * -ECANCELED as its own status, and a result). Runs on the thread that
+ * completes the task (a worker, or the shutdown's caller), as the task: it
+ * must not block. What a group child reports to its group through (group.c). */
+typedef void (*rt__task_finish_fn)(void *arg, rt_task *t, void *value, int status, bool cancelled);
 
 typedef struct rt__task_ext {
     const char *name;             /* a copy at the end of the allocation, or NULL */
@@ -632,17 +634,17 @@ static inline bool rt__task_wake_transition(rt_task *t, bool preclaim)
 rt_task *rt__task_wake_for_batch(rt_waker *w, const rt_waker_vtable *task_vtable, rt_runtime *rt);
 
 /* Records how the task ended, after its drop ran and before the caller
- * completes it: `value` (NULL when cancelled) and `status` (0, the task's
- * own error, or -ECANCELED), and tells the finish hook if it has one.
+ * completes it: `value` and `status` (0 or the task's own error), or a
+ * cancellation (NULL, -ECANCELED), and tells the finish hook if it has one.
  * Inline: every task's end. */
-static inline void rt__task_finish(rt_task *t, void *value, int status)
+static inline void rt__task_finish(rt_task *t, void *value, int status, bool cancelled)
 {
     t->u.output = value;
     t->fin.status = status;
     if (rt__unlikely(rt__load_relaxed_u64(&t->state) & RT__TASK_EXTENDED)) {
         rt__task_ext *ext = rt__task_ext_of(t);
         if (ext->on_finish != NULL)
-            ext->on_finish(ext->finish_arg, t, value, status);
+            ext->on_finish(ext->finish_arg, t, value, status, cancelled);
     }
 }
 

@@ -18,10 +18,10 @@
  * out by the spawner (`cancel_pending`).
  *
  * Memory: the group is reference counted (the owner, plus one per child not
- * yet reported). A record has two references (`refs`): the spawner's, given
- * up once it has installed the handle, and the lists', given up when the
- * record is collected or its result disposed of; the last one frees it.
- * Everything here is guarded by the group's spinlock. */
+ * yet reported, plus one per spawn in progress). A record has two references
+ * (`refs`): the spawner's, given up once it has installed the handle, and the
+ * lists', given up when the record is collected or its result disposed of;
+ * the last one frees it. Everything here is guarded by the group's spinlock. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +50,7 @@ struct child_record {
                             spawner installs it and once reported */
     void *value;         /* its result, once finished */
     int status;          /* 0, its error, or -ECANCELED, once finished */
+    bool cancelled;      /* it was cancelled (no result), once finished */
     unsigned refs;       /* the spawner's and the lists' (see the top) */
     bool reported;       /* the child has finished */
     bool cancel_pending; /* cancelled before the handle was installed */
@@ -138,9 +139,9 @@ RT_EXPORT int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *ar
 }
 
 /* Counts a discarded child's outcome. Under the lock. */
-static void count_outcome_locked(rt_group *g, int status)
+static void count_outcome_locked(rt_group *g, int status, bool cancelled)
 {
-    if (status == -ECANCELED)
+    if (cancelled)
         g->cancelled++;
     else if (status != 0)
         g->failed++;
@@ -148,7 +149,7 @@ static void count_outcome_locked(rt_group *g, int status)
 
 /* The finish hook of every child (rt__task_finish_fn): the child `t` has
  * ended with `value` and `status`, its drop has run. */
-static void group_child_finished(void *arg, rt_task *t, void *value, int status)
+static void group_child_finished(void *arg, rt_task *t, void *value, int status, bool cancelled)
 {
     struct child_record *rec = arg;
     rt_group *g = rec->group;
@@ -157,7 +158,7 @@ static void group_child_finished(void *arg, rt_task *t, void *value, int status)
      * result has been disposed of (and the owner may then free dispose_arg).
      * discard, dispose and dispose_arg never change after rt_group_new_ex,
      * and this child's reference keeps g alive. */
-    bool returned = status != -ECANCELED; /* a cancelled child has no result */
+    bool returned = !cancelled; /* a cancelled child has no result */
     bool discard = g->discard;
     if (discard && returned && g->dispose != NULL)
         g->dispose(value, g->dispose_arg);
@@ -168,6 +169,7 @@ static void group_child_finished(void *arg, rt_task *t, void *value, int status)
     rec->handle = NULL;
     rec->value = value;
     rec->status = status;
+    rec->cancelled = cancelled;
     /* Without an owner, or in discard mode, nobody collects the record: the
      * result goes to dispose now. In discard mode the owner still hears of
      * it, since a join or close waits for the running count. */
@@ -187,7 +189,7 @@ static void group_child_finished(void *arg, rt_task *t, void *value, int status)
         g->done_tail = rec;
         g->finished++;
     } else {
-        count_outcome_locked(g, status);
+        count_outcome_locked(g, status, cancelled);
         free_rec = record_unref_locked(rec);
     }
     bool last = --g->refs == 0;
@@ -231,8 +233,10 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
      * record be collected before rt__spawn returns. */
     uint64_t child_id = rt__task_new_id();
     rec->id = child_id;
-    /* The record is listed (and the group referenced) before the child can
-     * run and report. */
+    /* The record is listed, and the group referenced twice (for the child,
+     * until it reports, and for this spawn, until it has installed the
+     * handle: the caller need not hold a reference of its own), before the
+     * child can run and report. */
     rt__waitq_lock(&g->lock);
     if (g->closing) {
         rt__waitq_unlock(&g->lock);
@@ -244,7 +248,7 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
         g->running_head->prev = rec;
     g->running_head = rec;
     g->running++;
-    g->refs++;
+    g->refs += 2;
     rt__waitq_unlock(&g->lock);
 
     rt_task *handle;
@@ -254,7 +258,8 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
         rt__waitq_lock(&g->lock);
         list_remove(&g->running_head, rec);
         g->running--;
-        g->refs--; /* never the last: the caller's owner reference stays */
+        g->refs -= 2; /* the child's and this spawn's */
+        bool last = g->refs == 0;
         /* The owner may have seen this child counted and be waiting for
          * it: wake it to look again (a spurious wake is harmless). */
         rt_waker owner = g->owner;
@@ -262,6 +267,8 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
         rt__waitq_unlock(&g->lock);
         rt__waker_wake(&owner);
         free(rec);
+        if (last)
+            group_destroy(g);
         return err;
     }
     /* A test may cancel the group right here, before the handle is in. */
@@ -275,9 +282,12 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
             rt_task_abort(handle);
     }
     bool free_rec = record_unref_locked(rec);
+    bool last = --g->refs == 0; /* this spawn's */
     rt__waitq_unlock(&g->lock);
     if (free_rec)
         free(rec);
+    if (last)
+        group_destroy(g);
     if (id != NULL)
         *id = child_id;
     return 0;
@@ -319,7 +329,8 @@ RT_EXPORT void rt_group_cancel(rt_group *g)
  * *res, and *free_rec true when the list's reference was the record's last
  * (the caller frees it once it has unlocked); false when there is none.
  * Under the lock. */
-static bool pop_done_locked(rt_group *g, rt_group_result *res, struct child_record **free_rec)
+static bool pop_done_locked(rt_group *g, rt_group_result *res, bool *cancelled,
+                            struct child_record **free_rec)
 {
     struct child_record *r = g->done_head;
     *free_rec = NULL;
@@ -335,6 +346,7 @@ static bool pop_done_locked(rt_group *g, rt_group_result *res, struct child_reco
     res->id = r->id;
     res->value = r->value;
     res->status = r->status;
+    *cancelled = r->cancelled;
     if (record_unref_locked(r))
         *free_rec = r;
     return true;
@@ -351,7 +363,8 @@ static rt_poll group_next_vpoll(rt_future *f, rt_context *cx)
     rt_waker old = rt__waker_noop();
     rt__waitq_lock(&g->lock);
     struct child_record *free_rec;
-    bool got = pop_done_locked(g, &op->child, &free_rec);
+    bool cancelled;
+    bool got = pop_done_locked(g, &op->child, &cancelled, &free_rec);
     /* Empty and closing: no child can come any more. Empty but open: a
      * child spawned later may still finish, so the wait goes on. */
     bool empty = !got && g->running == 0 && g->closing;
@@ -407,16 +420,21 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
 {
     rt_group_wait *op = (rt_group_wait *)f;
     rt_group *g = op->group;
+    if (op->closing) {
+        /* Once per poll: each walk of the running list holds the lock that
+         * every finishing child takes. */
+        rt__waitq_lock(&g->lock);
+        g->closing = true;
+        cancel_locked(g);
+        rt__waitq_unlock(&g->lock);
+    }
     for (;;) {
         rt_waker old = rt__waker_noop();
         rt__waitq_lock(&g->lock);
-        if (op->closing) {
-            g->closing = true;
-            cancel_locked(g);
-        }
         rt_group_result res;
+        bool cancelled;
         struct child_record *free_rec;
-        bool got = pop_done_locked(g, &res, &free_rec);
+        bool got = pop_done_locked(g, &res, &cancelled, &free_rec);
         bool all_done = !got && g->running == 0;
         if (all_done && g->discard) {
             op->failed = g->failed; /* counted as they finished */
@@ -431,11 +449,11 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
         free(free_rec);
         if (got) {
             /* Collected here: the result goes to dispose, outside the lock. */
-            if (res.status == -ECANCELED)
+            if (cancelled)
                 op->cancelled++;
             else if (res.status != 0)
                 op->failed++;
-            if (res.status != -ECANCELED && dispose != NULL)
+            if (!cancelled && dispose != NULL)
                 dispose(res.value, arg);
             continue;
         }
@@ -514,12 +532,13 @@ RT_EXPORT void rt_group_free(rt_group *g)
         rt_group_result res;
         struct child_record *free_rec;
         rt__waitq_lock(&g->lock);
-        bool got = pop_done_locked(g, &res, &free_rec);
+        bool cancelled;
+        bool got = pop_done_locked(g, &res, &cancelled, &free_rec);
         rt__waitq_unlock(&g->lock);
         if (!got)
             break;
         free(free_rec);
-        if (res.status != -ECANCELED && dispose != NULL)
+        if (!cancelled && dispose != NULL)
             dispose(res.value, arg);
     }
     rt__waitq_lock(&g->lock);
