@@ -16,7 +16,7 @@
 #include "common.h"
 #include "dump_signal.h"
 #include "fault.h"
-#include "runtime.h"
+#include "runtime_services.h"
 
 /* Ids listed per group before "and N more". */
 #define DUMP_IDS 8

@@ -11,7 +11,7 @@
 #include "cpus.h"
 #include "dump_signal.h"
 #include "io_internal.h"
-#include "runtime.h"
+#include "runtime_object.h"
 #include "spawning.h"
 #include "trace.h"
 
@@ -29,11 +29,6 @@ RT_EXPORT void rt_config_init(rt_config *cfg)
     cfg->blocking_shutdown_ns = 10 * 1000000000LL;
     cfg->reactor_nap_ns = 500000;
     cfg->dump_fd = 2;
-}
-
-RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
-{
-    return rt != NULL ? rt->nworkers : 0;
 }
 
 static bool on_own_worker(const rt_runtime *rt)
@@ -140,6 +135,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rt->config = *cfg;
+    rt->idle_sweep = rt__lost_wakeup_sweep;
     rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__default_workers();
     if (rt->nworkers > RT_MAX_WORKERS)
         rt->nworkers = RT_MAX_WORKERS;

@@ -9,7 +9,6 @@
 #include "fault.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -17,27 +16,6 @@
 #include <unistd.h>
 
 #include "atomic.h"
-
-__thread rt__clock_reading rt__tls_clock __attribute__((tls_model("initial-exec")));
-
-int64_t rt__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    rt__tls_clock.last = now;
-    rt__tls_clock.count++;
-    return now;
-}
-
-int64_t rt__deadline_after(int64_t timeout_ns)
-{
-    if (timeout_ns < 0)
-        return -1;
-    int64_t now = rt__now_ns();
-    /* A timeout too long to add is no limit at all (292 years). */
-    return timeout_ns > INT64_MAX - now ? -1 : now + timeout_ns;
-}
 
 static void futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
@@ -134,11 +112,6 @@ rt__thread_waker *rt__thread_waker_new(void)
 rt_waker rt__thread_waker_get(rt__thread_waker *tw)
 {
     return thread_waker_clone(tw);
-}
-
-rt__parker *rt__thread_waker_parker(rt__thread_waker *tw)
-{
-    return &tw->parker;
 }
 
 void rt__thread_waker_release(rt__thread_waker *tw)

@@ -9,6 +9,8 @@
 
 #include <asyncrt/future.h>
 
+#include "clock.h"
+
 /* A one-sleeper parker. State word:
  *
  *            park()                 unpark()
@@ -43,8 +45,6 @@ typedef struct rt__thread_waker rt__thread_waker;
 rt__thread_waker *rt__thread_waker_new(void);
 /* A waker value holding a new reference. */
 rt_waker rt__thread_waker_get(rt__thread_waker *tw);
-/* The parker the waker unparks (owned by the creating thread). */
-rt__parker *rt__thread_waker_parker(rt__thread_waker *tw);
 /* Gives up the creator's reference. */
 void rt__thread_waker_release(rt__thread_waker *tw);
 
@@ -56,22 +56,5 @@ void rt__thread_waker_release(rt__thread_waker *tw);
  * *_blocking form. */
 int rt__thread_waker_block(rt__thread_waker *tw, rt_poll (*poll)(void *arg, rt_context *cx),
                            void *arg, int64_t timeout_ns);
-
-/* Monotonic clock in nanoseconds. */
-int64_t rt__now_ns(void);
-
-/* What rt__now_ns() (and so rt_now_ns()) last returned on this thread, and how
- * many times it has been called there. A reading costs 25 ns on a VM's
- * kvm-clock; the worker loop reuses one its last poll made instead of taking
- * its own (worker.c, the timer batch's age). Only its own thread touches
- * it. */
-typedef struct rt__clock_reading {
-    int64_t last;   /* the value last returned */
-    uint64_t count; /* readings taken, wrapping */
-} rt__clock_reading;
-extern __thread rt__clock_reading rt__tls_clock __attribute__((tls_model("initial-exec")));
-/* The absolute deadline `timeout_ns` from now, or -1 (none) for a negative
- * timeout or one that would overflow. */
-int64_t rt__deadline_after(int64_t timeout_ns);
 
 #endif

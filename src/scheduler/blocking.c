@@ -20,7 +20,7 @@
 #include "fault.h"
 #include "atomic.h"
 #include "blocking.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 struct rt__blocking_pool {
     pthread_mutex_t lock;

@@ -1,8 +1,9 @@
 /* The runtime's thread-locals (current.h) and the public questions about the
- * calling thread: rt_current and rt_current_worker. */
+ * calling thread: rt_current, rt_current_worker, and the task it runs. */
 #include "current.h"
 
 #include "common.h"
+#include "task_internal.h"
 
 __thread rt__worker *rt__tls_worker __attribute__((tls_model("initial-exec")));
 static __thread rt_runtime *tls_shutting_down;
@@ -39,4 +40,15 @@ RT_EXPORT int rt_current_worker(void)
 {
     rt__worker *w = rt__tls_worker;
     return w != NULL ? (int)w->index : -1;
+}
+
+RT_EXPORT uint64_t rt_task_current_id(void)
+{
+    rt_task *t = rt__task_current();
+    return t != NULL ? t->id : 0;
+}
+
+RT_EXPORT const char *rt_task_current_name(void)
+{
+    return rt_task_name(rt__task_current());
 }

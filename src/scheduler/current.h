@@ -1,7 +1,7 @@
 /* What the calling thread is to the scheduler: one of its workers (and
  * which), or a thread running shutdown's cancellation. The scheduler's
  * thread-locals are here (current.c); the lower layers keep their own: the
- * block cache (block_cache.h), the clock's reading cache (park.h) and the
+ * block cache (block_cache.h), the clock's reading cache (clock.h) and the
  * task id block (task.c). Internal, not installed. */
 #ifndef RT_SRC_CURRENT_H
 #define RT_SRC_CURRENT_H

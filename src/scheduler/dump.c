@@ -1,7 +1,7 @@
 /* Looking at live tasks from any thread (diag.h): the copy of the
  * registries, holding a waiting task for a look at its coroutine record
- * and operation, the lost wake-up reports of the workers' sweeps, and the
- * coroutine mark set by RT_CORO_BEGIN.
+ * and operation (which the lost wake-up reports of lost_wakeups.c use too),
+ * and the coroutine mark set by RT_CORO_BEGIN.
  *
  * A look never stops the world. Each registry is copied under its lock
  * (registry.h), and every task copied gets a reference, so that it stays
@@ -23,7 +23,7 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime.h"
+#include "runtime_object.h"
 #include "scheduler.h"
 
 /* ---- The coroutine mark ------------------------------------------------- */
@@ -48,7 +48,7 @@ typedef struct snap_entry {
 } snap_entry;
 
 /* The worker whose `current` is t, or -1 (a relaxed look: a moment old). */
-static int polling_worker(rt_runtime *rt, rt_task *t)
+int rt__polling_worker(rt_runtime *rt, rt_task *t)
 {
     for (unsigned i = 0; i < rt->nworkers; i++)
         if (rt__load_relaxed_ptr((void *const *)&rt->workers[i].own.current) == t)
@@ -117,8 +117,8 @@ static void read_timing(rt_task *t, rt_task_info *info, int64_t now)
 /* Describes one copied task; false when it is not to be reported (it
  * finished and nobody holds its handle). The copy's reference is the one
  * the lost wake-up test allows for. */
-static bool describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_info *info,
-                          int64_t now)
+bool rt__describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_info *info,
+                       int64_t now)
 {
     memset(info, 0, sizeof(*info));
     info->size = sizeof(*info);
@@ -149,7 +149,7 @@ static bool describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_
             rt__schedule(t);
         }
     } else {
-        int w = polling_worker(rt, t);
+        int w = rt__polling_worker(rt, t);
         info->state = w >= 0 ? RT_TASK_RUNNING : RT_TASK_SCHEDULED;
         info->worker = w;
         snprintf(info->wait.text, sizeof info->wait.text, "%s",
@@ -276,7 +276,7 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
     rt__reactor_look_begin(&rt->reactor);
     for (; i < snap.len && stopped == 0; i++) {
         rt_task_info info;
-        if (describe_task(rt, snap.entries[i].task, snap.entries[i].site, &info, now)) {
+        if (rt__describe_task(rt, snap.entries[i].task, snap.entries[i].site, &info, now)) {
             visited++;
             stopped = fn(&info, arg);
         }
@@ -287,55 +287,6 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
     release_snapshot(&snap, i);
     pthread_mutex_unlock(&rt->lifecycle_lock);
     return stopped != 0 ? stopped : visited;
-}
-
-/* ---- Lost wake-ups found by sweeps ------------------------------------------ */
-
-void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
-{
-    rt_runtime *rt = w->rt;
-    rt__reactor_look_begin(&rt->reactor);
-    for (unsigned i = 0; i < n; i++) {
-        rt_task *t = rt__registry_task(&lost[i]);
-        rt_task_info info;
-        /* Nothing can wake it, but an abort may have come since: then it
-         * is no longer waiting and not worth a report. A dump may be
-         * holding it for its own look (it then seems running): that ends
-         * in a moment, and the report is made after it. */
-        bool ok;
-        while ((ok = describe_task(rt, t, lost[i].site, &info, rt__now_ns())) &&
-               info.state != RT_TASK_WAITING) {
-            uint64_t s = rt__load_acquire_u64(&t->state);
-            if ((s & (RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED)) ||
-                polling_worker(rt, t) >= 0)
-                break;
-            sched_yield();
-        }
-        bool report = ok && info.state == RT_TASK_WAITING;
-        /* The name lives in the task: copied, so that the reference can go
-         * before the report. Whoever the report tells and then looks at the
-         * task sees it as lost, referenced by the runtime alone. */
-        char name[RT_TASK_NAME_MAX + 1];
-        if (report && info.name != NULL)
-            snprintf(name, sizeof name, "%s", info.name);
-        rt__task_unref(t, 1);
-        if (report) {
-            rt__stat_add(&w->stats.lost_wakeups, 1);
-            rt_report rep;
-            memset(&rep, 0, sizeof rep);
-            rep.size = sizeof rep;
-            rep.kind = RT_REPORT_LOST_WAKEUP;
-            rep.task_id = info.id;
-            rep.task_name = info.name != NULL ? name : NULL;
-            rep.worker = -1;
-            rep.await_file = info.await_file; /* static strings */
-            rep.await_line = info.await_line;
-            rep.await_function = info.await_function;
-            rep.spawned_at = info.spawned_at;
-            rt__report(rt, &rep);
-        }
-    }
-    rt__reactor_look_end(&rt->reactor);
 }
 
 /* ---- Finding a running task for the watchdog --------------------------------- */

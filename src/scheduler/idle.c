@@ -39,25 +39,43 @@ static bool work_visible(rt_runtime *rt)
     return false;
 }
 
+unsigned rt__unpark_workers(rt_runtime *rt, unsigned max, bool unless_searching)
+{
+    unsigned woken[RT__WAKE_BATCH];
+    if (max > RT__WAKE_BATCH)
+        max = RT__WAKE_BATCH;
+    unsigned k = 0;
+    pthread_mutex_lock(&rt->sleepers_lock);
+    /* Relaxed: the sleepers' own changes of the word are made under this
+     * lock, and a searcher that starts meanwhile only makes this wake-up
+     * unnecessary, never a missing one (see top). */
+    if (!unless_searching || rt__idle_searching(rt__load_relaxed_u64(&rt->idle_state)) == 0) {
+        while (k < max && rt->nsleepers > 0) {
+            unsigned idx = rt->sleepers[--rt->nsleepers];
+            rt->workers[idx].sleeping = false;
+            woken[k++] = idx;
+        }
+        /* Each one is counted unparked and searching before its unpark, so
+         * that no second producer wakes another for the same work. */
+        if (k > 0)
+            rt__faa_u64(&rt->idle_state, k * (RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE));
+    }
+    pthread_mutex_unlock(&rt->sleepers_lock);
+    for (unsigned i = 0; i < k; i++)
+        rt__parker_unpark(&rt->workers[woken[i]].parker);
+    return k;
+}
+
 /* Wakes one parked worker, as a searcher, unless one is searching already or
  * none is parked. The caller has made work visible and fenced (see top). */
 void rt__notify_parked(rt_runtime *rt)
 {
+    /* The lock-free look first: on a busy runtime somebody is searching or
+     * nobody is parked, and the lock is not taken. */
     uint64_t s = rt__load_seq_cst_u64(&rt->idle_state);
     if (rt__idle_searching(s) != 0 || rt__idle_unparked(s) >= rt->nworkers)
         return;
-    pthread_mutex_lock(&rt->sleepers_lock);
-    s = rt__load_relaxed_u64(&rt->idle_state);
-    if (rt__idle_searching(s) != 0 || rt->nsleepers == 0) {
-        pthread_mutex_unlock(&rt->sleepers_lock);
-        return;
-    }
-    unsigned idx = rt->sleepers[--rt->nsleepers];
-    rt__worker *w = &rt->workers[idx];
-    w->sleeping = false;
-    rt__faa_u64(&rt->idle_state, RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE);
-    pthread_mutex_unlock(&rt->sleepers_lock);
-    rt__parker_unpark(&w->parker);
+    rt__unpark_workers(rt, 1, true);
 }
 
 bool rt__transition_to_searching(rt__worker *w)
@@ -157,7 +175,7 @@ void rt__park_worker(rt__worker *w)
     /* No timer waits on a sleeping worker. */
     rt__timer_batch_flush(&rt->reactor, &w->own.timer_batch);
     assert(w->own.deferred_head == NULL && w->own.lifo == NULL && w->own.local_head == NULL);
-    rt__registry_sweep_idle(w);
+    rt->idle_sweep(w);
     /* A lost wake-up report holds each task it names for a look; one
      * aborted meanwhile was queued here when the look ended. */
     if (w->own.lifo != NULL || w->own.local_head != NULL || w->own.deferred_head != NULL)

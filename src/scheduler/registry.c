@@ -1,11 +1,11 @@
-/* The registry of live tasks (see runtime.h): what shutdown walks to cancel
+/* The registry of live tasks (see registry.h): what shutdown walks to cancel
  * every unfinished task. Completed tasks are released lazily by sweeps. */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 int rt__registry_sweep(rt__registry *r, rt__block_cache *cache, rt__registry_entry *lost,
                        unsigned lost_cap)
@@ -117,61 +117,4 @@ rt__foreign_shard *rt__foreign_shard_of_thread(rt_runtime *rt)
     h ^= h >> 17;
     h *= 0x9e3779b97f4a7c15ull;
     return &rt->foreign[(h >> 32) % rt->nforeign];
-}
-
-/* Whether enough polls ran since the last sweep to make a scan of `len`
- * entries cheap per poll (at most ~4 entries scanned per poll). */
-static bool sweep_worthwhile(const rt__registry *r, uint64_t polls)
-{
-    return r->len > 0 && (polls - r->polls_at_sweep) * 4 >= r->len;
-}
-
-void rt__registry_sweep_idle(rt__worker *w)
-{
-    /* Lost wake-ups are looked for here, where no lock is held and the
-     * worker has nothing better to do, and reported after each sweep. A
-     * sweep stores at most RT__LOST_PER_SWEEP of them; one that found that
-     * many sweeps again at once (the ones reported are marked and passed
-     * over), so that every lost task is reported before the worker parks,
-     * however many there are. */
-    rt__registry_entry lost[RT__LOST_PER_SWEEP];
-    int n;
-    uint64_t polls = rt__load_relaxed_u64(&w->stats.polls);
-    bool due = sweep_worthwhile(&w->registry, polls);
-    while (due) {
-        n = rt__registry_sweep(&w->registry, &w->own.cache, lost, RT__LOST_PER_SWEEP);
-        /* A sweep skipped for a dump's copy is owed: the count stays. */
-        if (n < 0)
-            break;
-        w->registry.polls_at_sweep = polls;
-        if (n > 0)
-            rt__report_lost(w, lost, (unsigned)n);
-        due = n == RT__LOST_PER_SWEEP;
-    }
-    /* Foreign-spawned tasks run on every worker: use the total polls. Every
-     * worker about to park looks at every shard (a shard swept lately is
-     * not worth it and is skipped), so that the last worker to go to sleep
-     * sees the state the last polls left, lost wake-ups included. */
-    rt_runtime *rt = w->rt;
-    uint64_t all = 0;
-    for (unsigned i = 0; i < rt->nworkers; i++)
-        all += rt__load_relaxed_u64(&rt->workers[i].stats.polls);
-    for (unsigned s = 0; s < rt->nforeign; s++) {
-        rt__foreign_shard *sh = &rt->foreign[s];
-        for (bool first = true;; first = false) {
-            if (pthread_mutex_trylock(&sh->lock) != 0)
-                break;
-            n = -1;
-            if (!first || sweep_worthwhile(&sh->registry, all)) {
-                n = rt__registry_sweep(&sh->registry, &sh->cache, lost, RT__LOST_PER_SWEEP);
-                if (n >= 0)
-                    sh->registry.polls_at_sweep = all;
-            }
-            pthread_mutex_unlock(&sh->lock);
-            if (n > 0)
-                rt__report_lost(w, lost, (unsigned)n);
-            if (n != RT__LOST_PER_SWEEP)
-                break;
-        }
-    }
 }

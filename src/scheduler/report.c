@@ -10,7 +10,7 @@
 #include <asyncrt/task.h>
 
 #include "misuse.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 void rt__report(rt_runtime *rt, const rt_report *rep)
 {

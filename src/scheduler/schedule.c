@@ -95,19 +95,7 @@ void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n)
     rt__store_relaxed_u64(&rt->wakes_batch, n);
     /* The splice's exchange was the StoreLoad barrier. Wake as many parked
      * workers as there are tasks, at most: each takes a share. */
-    pthread_mutex_lock(&rt->sleepers_lock);
-    unsigned woken[RT__WAKE_BATCH];
-    unsigned k = 0;
-    while (k < n && k < RT__WAKE_BATCH && rt->nsleepers > 0) {
-        unsigned idx = rt->sleepers[--rt->nsleepers];
-        rt->workers[idx].sleeping = false;
-        woken[k++] = idx;
-    }
-    if (k > 0)
-        rt__faa_u64(&rt->idle_state, k * (RT__IDLE_SEARCHING_ONE + RT__IDLE_UNPARKED_ONE));
-    pthread_mutex_unlock(&rt->sleepers_lock);
-    for (unsigned i = 0; i < k; i++)
-        rt__parker_unpark(&rt->workers[woken[i]].parker);
+    rt__unpark_workers(rt, n, false);
 }
 
 void rt__defer(rt__worker *w, rt_task *t)

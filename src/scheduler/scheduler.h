@@ -1,6 +1,6 @@
 /* The scheduler's internal interface: what its files (schedule.c, idle.c,
  * steal.c, fairness.c, worker.c) share. docs/design.md draws how they fit
- * together; the public entry points are in runtime.h and spawn.h. Internal,
+ * together; the runtime object is in runtime_object.h, spawning in spawning.h. Internal,
  * not installed. */
 #ifndef RT_SRC_SCHEDULER_H
 #define RT_SRC_SCHEDULER_H
@@ -10,7 +10,7 @@
 
 #include "atomic.h"
 #include "events.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 /* Largest injector batch a worker takes at once. */
 #define RT_INJECTOR_BATCH 64
@@ -22,7 +22,7 @@ static inline rt_task *rt__task_of_node(struct cds_wfcq_node *node)
 
 /* ---- Idle coordination (idle.c) ----------------------------------------- */
 
-/* The two halves of the idle word (runtime.h). */
+/* The two halves of the idle word (runtime_object.h). */
 static inline uint32_t rt__idle_searching(uint64_t s)
 {
     return (uint32_t)(s & 0xffffffffu);
@@ -36,6 +36,13 @@ static inline uint32_t rt__idle_unparked(uint64_t s)
 /* Wakes one parked worker, as a searcher, unless one is searching already or
  * none is parked. The caller has made work visible and fenced (idle.c). */
 void rt__notify_parked(rt_runtime *rt);
+
+/* The one routine that wakes parked workers: takes up to `max` (at most
+ * RT__WAKE_BATCH) off the sleepers' stack, counts them unparked and
+ * searching, and unparks them; with `unless_searching`, none when a worker
+ * is searching already. Returns how many it woke. The caller has made work
+ * visible and fenced (idle.c). */
+unsigned rt__unpark_workers(rt_runtime *rt, unsigned max, bool unless_searching);
 
 /* Counts the worker as searching, unless half the workers already search:
  * then returns false and it should park. */

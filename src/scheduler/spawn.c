@@ -14,7 +14,7 @@
 #include "operation.h"
 #include "blocking.h"
 #include "misuse.h"
-#include "runtime.h"
+#include "runtime_object.h"
 #include "spawning.h"
 
 /* ---- The task waker ----------------------------------------------------- */
@@ -45,7 +45,7 @@ static inline bool self_wake(rt_task *t)
 }
 
 /* Whether a task scheduled by the calling thread may be queued already
- * claimed (RUNNING, see runtime.h): only by a worker of its runtime, which
+ * claimed (RUNNING, see task_internal.h): only by a worker of its runtime, which
  * puts it on its own queues. The reactor and foreign threads queue
  * NOTIFIED tasks. */
 static inline bool may_preclaim(rt_task *t)
@@ -177,7 +177,7 @@ spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_dro
         goto out;
     /* References: the run queue's, the registry's, and the handle's. */
     uint64_t refs = handle != NULL ? 3 : 2;
-    /* Queued already claimed (see runtime.h): the first poll needs no
+    /* Queued already claimed (see task_internal.h): the first poll needs no
      * read-modify-write to claim it. */
     t->state = flags | RT__TASK_RUNNING | (handle != NULL ? RT__TASK_JOIN_INTEREST : 0) |
                refs * RT__TASK_REF_ONE;
@@ -254,17 +254,6 @@ RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, 
 
 /* What a misuse report says of a handle used after its release. */
 static const char HANDLE_GONE[] = "the join handle was released already";
-
-RT_EXPORT uint64_t rt_task_current_id(void)
-{
-    rt_task *t = rt__task_current();
-    return t != NULL ? t->id : 0;
-}
-
-RT_EXPORT const char *rt_task_current_name(void)
-{
-    return rt_task_name(rt__task_current());
-}
 
 RT_EXPORT void rt_task_detach(rt_task *task)
 {

@@ -12,7 +12,7 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime.h"
+#include "runtime_object.h"
 #include "trace_buf.h"
 
 /* The trace that records, with what its classify function needs. */

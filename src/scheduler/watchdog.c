@@ -21,7 +21,7 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 /* What the watchdog last saw of one worker. */
 typedef struct watch_sample {

@@ -152,15 +152,13 @@ void rt__defer(rt__worker *w, rt_task *t);
 /* The worker thread's main loop. */
 void *rt__worker_main(void *arg);
 
-/* A worker about to park sweeps its own registry and one foreign shard when
- * enough has run since the last sweep for that to be worth the scan. */
-void rt__registry_sweep_idle(rt__worker *w);
+/* A worker about to park sweeps its own registry and the foreign shards when
+ * enough has run since the last sweep for that to be worth the scan, and
+ * reports the lost wake-ups it finds (lost_wakeups.c; the idle path calls
+ * it through rt_runtime.idle_sweep). */
+void rt__lost_wakeup_sweep(rt__worker *w);
 
 /* Most lost wake-ups one idle sweep reports (the others wait for the next). */
 #define RT__LOST_PER_SWEEP 16
-
-/* Reports the lost wake-ups a sweep found, counts them in w's metrics and
- * drops the reference each entry holds (dump.c). No lock held. */
-void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n);
 
 #endif

@@ -18,7 +18,7 @@
 #include "budget.h"
 #include "io_internal.h"
 #include "reactor.h"
-#include "runtime.h"
+#include "runtime_services.h"
 #include "waker.h"
 
 /* ---- Readiness ---------------------------------------------------------- */
@@ -110,29 +110,17 @@ int rt__io_register(rt_runtime *rt, rt_io *io, int fd, bool is_socket, bool is_t
     io->readiness = (RT__IO_READ | RT__IO_WRITE) << RT__IO_UNKNOWN_SHIFT;
     io->reader = io->writer = rt_waker_noop();
 
-    pthread_mutex_lock(&rt->io_lock);
-    if (rt->io_closed) {
-        pthread_mutex_unlock(&rt->io_lock);
-        free(io);
-        return -ESHUTDOWN;
-    }
     /* Registered once, both directions, edge-triggered; HUP and ERR are
      * always reported and wake both directions (reactor.c). */
     /* TCP also reports urgent data (EPOLLPRI): see "Short transfers". */
     uint32_t events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET | (is_tcp ? EPOLLPRI : 0u);
     /* The reactor gets io through epoll, which TSan cannot see. */
     rt__tsan_release(io);
-    int err = rt__reactor_watch(&rt->reactor, fd, events, io);
+    int err = rt__runtime_io_track(rt, io, fd, events);
     if (err < 0) {
-        pthread_mutex_unlock(&rt->io_lock);
         free(io);
         return err;
     }
-    io->next = rt->io_list;
-    if (rt->io_list != NULL)
-        rt->io_list->prev = io;
-    rt->io_list = io;
-    pthread_mutex_unlock(&rt->io_lock);
     return 0;
 }
 
@@ -209,17 +197,9 @@ RT_EXPORT int rt_io_fd(const rt_io *io)
 static int io_close(rt_io *io, bool unlink)
 {
     rt_runtime *rt = io->rt;
-    if (unlink) {
-        pthread_mutex_lock(&rt->io_lock);
-        if (io->prev != NULL)
-            io->prev->next = io->next;
-        else
-            rt->io_list = io->next;
-        if (io->next != NULL)
-            io->next->prev = io->prev;
-        pthread_mutex_unlock(&rt->io_lock);
-    }
-    rt__reactor_unwatch(&rt->reactor, io->fd);
+    if (unlink)
+        rt__runtime_io_untrack(rt, io);
+    rt__reactor_unwatch(rt__runtime_reactor(rt), io->fd);
     int rc = close(io->fd) < 0 ? -errno : 0;
     rt__spin_lock(&io->lock);
     io->closed = true;
@@ -232,7 +212,7 @@ static int io_close(rt_io *io, bool unlink)
     rt_waker_wake(&writer);
     /* The reactor may hold an event naming io from an epoll_wait that began
      * before the DEL: it frees io at the top of its next turn. */
-    rt__reactor_release_io(&rt->reactor, io);
+    rt__reactor_release_io(rt__runtime_reactor(rt), io);
     return rc;
 }
 
@@ -243,11 +223,7 @@ RT_EXPORT int rt_io_close(rt_io *io)
 
 void rt__io_close_all(rt_runtime *rt)
 {
-    pthread_mutex_lock(&rt->io_lock);
-    rt->io_closed = true;
-    rt_io *io = rt->io_list;
-    rt->io_list = NULL;
-    pthread_mutex_unlock(&rt->io_lock);
+    rt_io *io = rt__runtime_io_take_all(rt);
     while (io != NULL) {
         rt_io *next = io->next;
         io_close(io, false);

@@ -15,7 +15,7 @@
 #include "operation.h"
 #include "fault.h"
 #include "io_internal.h"
-#include "runtime.h"
+#include "runtime_services.h"
 
 RT_EXPORT int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr,
                           socklen_t *len)

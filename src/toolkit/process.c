@@ -21,7 +21,7 @@
 #include "common.h"
 #include "fault.h"
 #include "operation.h"
-#include "runtime.h"
+#include "runtime_services.h"
 
 extern char **environ;
 
@@ -95,9 +95,7 @@ static bool pidfd_wanted(void)
 /* Whether shutdown already closed the runtime's descriptors (ours too). */
 static bool descriptors_closed(rt_runtime *rt)
 {
-    pthread_mutex_lock(&rt->io_lock);
-    bool closed = rt->io_closed;
-    pthread_mutex_unlock(&rt->io_lock);
+    bool closed = !rt__runtime_io_accepted(rt);
     return closed;
 }
 
@@ -311,7 +309,7 @@ static rt_poll wait_vpoll(rt_future *f, rt_context *cx)
             return wait_finish(f, op, err);
         /* Acquire pairs with the release of `closing` at shutdown, which
          * closes the pidfd afterwards. */
-        if (rt__load_acquire_u32(&p->rt->closing))
+        if (rt__runtime_closing(p->rt))
             return wait_finish(f, op, -ESHUTDOWN);
         if (p->pidfd != NULL) {
             /* Readable once the child has ended; looked at after the waker

@@ -33,7 +33,7 @@
 #include "fault.h"
 #include "io_internal.h"
 #include "operation.h"
-#include "runtime.h"
+#include "runtime_services.h"
 
 #define SIGNALS _NSIG
 
@@ -235,9 +235,7 @@ RT_EXPORT void rt_signal_free(rt_signal *s)
     release_slot(s->slot, s->signo, s->wake_fd);
     /* A shutdown closed every rt_io of the runtime already: the two watched
      * descriptors went with it. */
-    pthread_mutex_lock(&s->rt->io_lock);
-    bool closed = s->rt->io_closed;
-    pthread_mutex_unlock(&s->rt->io_lock);
+    bool closed = !rt__runtime_io_accepted(s->rt);
     if (!closed) {
         rt_io_close(s->queued);
         rt_io_close(s->wakeup);
@@ -280,7 +278,7 @@ static rt_poll signal_recv_vpoll(rt_future *f, rt_context *cx)
         /* Acquire pairs with the release of `closing` at shutdown, which
          * closes the descriptors afterwards: a poll by hand on a foreign
          * thread must not read them then. */
-        if (rt__load_acquire_u32(&s->rt->closing))
+        if (rt__runtime_closing(s->rt))
             return signal_finish(f, op, -ESHUTDOWN);
         drain(s);
         uint64_t now = rt__load_seq_cst_u64(&arrivals[s->signo]);

@@ -13,14 +13,10 @@
 #include "atomic.h"
 #include "budget.h"
 #include "current.h"
-#include "runtime.h"
+#include "runtime_services.h"
 #include "spinlock.h"
 #include "timer_internal.h"
 #include "waker.h"
-
-#ifdef RT_DEBUG_YIELD
-void (*volatile rt__debug_window_hook)(const char *window);
-#endif
 
 RT_EXPORT int64_t rt_now_ns(void)
 {
@@ -82,14 +78,14 @@ static rt_poll sleep_poll_timer(rt_sleep *s, rt_context *cx, int *err)
     if (!rt__coop_proceed(cx))
         return RT_PENDING;
     rt__timer *t = s->timer;
-    rt__reactor *r = &s->rt->reactor;
+    rt__reactor *r = rt__runtime_reactor(s->rt);
     if (t == NULL) {
         /* Never early: ready only once the clock has passed the deadline. */
         int64_t now = rt_now_ns();
         if (now >= s->deadline_ns)
             return RT_READY;
         int e = 0;
-        if (rt__load_acquire_u32(&s->rt->closing))
+        if (rt__runtime_closing(s->rt))
             e = -ESHUTDOWN;
         else if ((t = timer_new(r, s->deadline_ns, cx)) == NULL)
             e = -ENOMEM;
@@ -150,8 +146,8 @@ static void sleep_release(rt_sleep *s)
          * still queued needs nothing: the reactor will find it cancelled. */
         if (phase == RT__TIMER_FILED) {
             rt__faa_u32(&t->refs, 1); /* the cancel command's */
-            if (!rt__reactor_submit_timer(&s->rt->reactor, rt__current_timer_batch(s->rt), t,
-                                          UINT64_MAX, INT64_MAX))
+            if (!rt__reactor_submit_timer(rt__runtime_reactor(s->rt),
+                                          rt__current_timer_batch(s->rt), t, UINT64_MAX, INT64_MAX))
                 rt__faa_u32(&t->refs, (uint32_t)-1); /* the future still holds one */
         }
     } else {

@@ -19,7 +19,7 @@
 #include "fault.h"
 #include "io_internal.h"
 #include "operation.h"
-#include "runtime.h"
+#include "runtime_services.h"
 
 /* Where sun_path begins: an address this long (sizeof(sa_family_t)) is an
  * unnamed socket's. */

@@ -4,8 +4,8 @@
  * reactor below it never see it. The task object is in task_internal.h,
  * the registry in registry.h, a worker in worker.h. Internal, not
  * installed. */
-#ifndef RT_SRC_RUNTIME_H
-#define RT_SRC_RUNTIME_H
+#ifndef RT_SRC_RUNTIME_OBJECT_H
+#define RT_SRC_RUNTIME_OBJECT_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -21,6 +21,7 @@
 #include "injector.h"
 #include "reactor.h"
 #include "registry.h"
+#include "runtime_services.h"
 #include "task_internal.h"
 #include "worker.h"
 #include "current.h"
@@ -62,7 +63,8 @@ struct rt_runtime {
 
     /* The reactor thread: epoll, timers. */
     rt__reactor reactor;
-    /* Open rt_io objects, closed by shutdown if the user has not. */
+    /* Open rt_io objects, closed by shutdown if the user has not
+     * (runtime_services.c). */
     pthread_mutex_t io_lock;
     struct rt_io *io_list;
     bool io_closed; /* shutdown closed the list: rt_io_open fails */
@@ -70,6 +72,11 @@ struct rt_runtime {
     /* The blocking pool (rt_spawn_blocking), and what shutdown found. */
     struct rt__blocking_pool *blocking;
     uint64_t blocking_abandoned;
+
+    /* What a worker does before it parks: look for lost wake-ups
+     * (rt__lost_wakeup_sweep, set by rt_runtime_new). Called through this
+     * pointer so that the idle path calls no diagnostics code directly. */
+    void (*idle_sweep)(rt__worker *w);
 
     /* The stall watchdog, or NULL; stalls it reported. */
     struct rt__watchdog *watchdog;
@@ -103,12 +110,18 @@ void rt__scheduler_drain(rt_runtime *rt);
 
 struct rt_report;
 
-/* rt_runtime_tasks; with wait false it gives up with -ESHUTDOWN rather
- * than wait for a shutdown in progress (the reactor's dump). dump.c. */
-int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait);
-
 /* Sends a report to rt_config.report (or rt_report_print). dump.c. */
 void rt__report(rt_runtime *rt, const struct rt_report *rep);
+
+/* What a dump says of `t` (spawned at `site`), into *info; false when there
+ * is nothing to say (finished and never to be joined). A waiting task is
+ * held for the look, and queued if a wake came meanwhile. dump.c. */
+bool rt__describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_info *info,
+                       int64_t now);
+
+/* The worker whose `current` is t, or -1 (a relaxed look: a moment old).
+ * dump.c. */
+int rt__polling_worker(rt_runtime *rt, rt_task *t);
 
 /* Whether task `t` (a pointer that may be stale: it is only compared) is
  * in a registry of rt; if so takes a reference on it and sets *site to

@@ -5,7 +5,7 @@
 
 #include "atomic.h"
 #include "blocking.h"
-#include "runtime.h"
+#include "runtime_object.h"
 
 /* Copies `have` bytes of a snapshot into a caller struct of `size` bytes,
  * zeroing whatever the caller's (newer) struct has beyond them. */
@@ -141,4 +141,9 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
         }
     }
     return ferror(out) ? -EIO : 0;
+}
+
+RT_EXPORT unsigned rt_runtime_workers(const rt_runtime *rt)
+{
+    return rt != NULL ? rt->nworkers : 0;
 }

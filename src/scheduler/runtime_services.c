@@ -1,0 +1,74 @@
+/* What the layers above the scheduler ask of a runtime; see
+ * runtime_services.h. */
+#include "runtime_services.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "atomic.h"
+#include "readiness.h"
+#include "runtime_object.h"
+
+rt__reactor *rt__runtime_reactor(rt_runtime *rt)
+{
+    return &rt->reactor;
+}
+
+bool rt__runtime_closing(rt_runtime *rt)
+{
+    /* Pairs with the release store of rt_runtime_shutdown. */
+    return rt__load_acquire_u32(&rt->closing) != 0;
+}
+
+int rt__runtime_io_track(rt_runtime *rt, struct rt_io *io, int fd, uint32_t events)
+{
+    pthread_mutex_lock(&rt->io_lock);
+    if (rt->io_closed) {
+        pthread_mutex_unlock(&rt->io_lock);
+        return -ESHUTDOWN;
+    }
+    /* Watched under the lock: a shutdown that takes the list after this
+     * returns sees io on it and closes it, one before never lets it in. */
+    int err = rt__reactor_watch(&rt->reactor, fd, events, io);
+    if (err < 0) {
+        pthread_mutex_unlock(&rt->io_lock);
+        return err;
+    }
+    io->prev = NULL;
+    io->next = rt->io_list;
+    if (rt->io_list != NULL)
+        rt->io_list->prev = io;
+    rt->io_list = io;
+    pthread_mutex_unlock(&rt->io_lock);
+    return 0;
+}
+
+void rt__runtime_io_untrack(rt_runtime *rt, struct rt_io *io)
+{
+    pthread_mutex_lock(&rt->io_lock);
+    if (io->prev != NULL)
+        io->prev->next = io->next;
+    else
+        rt->io_list = io->next;
+    if (io->next != NULL)
+        io->next->prev = io->prev;
+    pthread_mutex_unlock(&rt->io_lock);
+}
+
+struct rt_io *rt__runtime_io_take_all(rt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->io_lock);
+    rt->io_closed = true;
+    struct rt_io *io = rt->io_list;
+    rt->io_list = NULL;
+    pthread_mutex_unlock(&rt->io_lock);
+    return io;
+}
+
+bool rt__runtime_io_accepted(rt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->io_lock);
+    bool open = !rt->io_closed;
+    pthread_mutex_unlock(&rt->io_lock);
+    return open;
+}
