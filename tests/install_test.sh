@@ -5,7 +5,8 @@
 # and runs it, against the shared library and against the static one. With
 # a sanitizer, the library is built under it, and asyncrt.pc alone must give
 # the program everything it needs to link (a ThreadSanitizer build calls
-# liburcu's queue out of line).
+# liburcu's queue out of line). Then a CMake project finds the installed
+# package with find_package(asyncrt) and links each of its two targets.
 #   tests/install_test.sh SOURCE_ROOT [none|address,undefined|thread]
 set -euo pipefail
 trap 'echo "install test: failed at line $LINENO" >&2' ERR
@@ -67,4 +68,28 @@ grep -q "$libdir/libasyncrt.so" <<<"$deps"
     $(pkg-config --cflags asyncrt) "$libdir/libasyncrt.a" \
     $(pkg-config --static --libs asyncrt | sed 's/-lasyncrt//; s/-L[^ ]*//g')
 "$tmp/app_static"
+
+# CMake: find_package(asyncrt) from the prefix, both imported targets. The
+# installed tree is moved first: the package must find itself from where it
+# lies, not from the prefix it was built for.
+mv "$tmp/prefix" "$tmp/moved"
+cmake -S "$src/tests/cmake_consumer" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$tmp/moved" \
+    -DCMAKE_C_COMPILER="$cc" -DAPP_SOURCE="$tmp/app.c" >"$tmp/cmake.log" 2>&1 ||
+    { cat "$tmp/cmake.log"; exit 1; }
+cmake --build "$tmp/cmake" >>"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
+deps=$(ldd "$tmp/cmake/app_shared")
+grep -q "$tmp/moved/.*libasyncrt.so" <<<"$deps" ||
+    { echo "install test: the CMake program does not use the installed library: $deps" >&2; exit 1; }
+"$tmp/cmake/app_shared"
+"$tmp/cmake/app_static"
+# A version the package does not satisfy is refused: 0.x minor releases
+# change the API.
+sed 's/find_package(asyncrt 0.1 REQUIRED)/find_package(asyncrt 0.99 REQUIRED)/' \
+    "$src/tests/cmake_consumer/CMakeLists.txt" >"$tmp/newer.txt"
+mkdir -p "$tmp/newer" && cp "$tmp/newer.txt" "$tmp/newer/CMakeLists.txt"
+if cmake -S "$tmp/newer" -B "$tmp/cmake-newer" -DCMAKE_PREFIX_PATH="$tmp/moved" \
+    -DAPP_SOURCE="$tmp/app.c" >"$tmp/cmake-newer.log" 2>&1; then
+    echo "install test: find_package(asyncrt 0.99) accepted this version" >&2
+    exit 1
+fi
 echo "install test passed (sanitizer: $sanitizer)"

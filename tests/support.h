@@ -33,6 +33,15 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+/* TEST_UNDER_EMULATOR (set by tests/meson.build in a cross build): the tests
+ * run under qemu-user, which cannot do three things some tests check. A fork
+ * of a process whose other threads run trips an assertion inside qemu. It
+ * keeps address-space limits (RLIMIT_AS) for itself rather than applying them
+ * to the program, so a limit cannot make thread creation fail. And it runs
+ * posix_spawn's vfork-style clone as a plain fork, so an exec failure happens
+ * in a child the parent does not share memory with: the spawn succeeds and
+ * the child exits 127. Those checks are skipped there and run natively. */
+
 #if defined(__SANITIZE_THREAD__)
 #define TEST_HAVE_TSAN 1
 #elif defined(__has_feature)

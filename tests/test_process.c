@@ -243,6 +243,7 @@ Test(process, bad_programs_and_arguments_are_refused)
     rt_process *p;
     cr_assert_eq(rt_process_spawn(rt, &o, &p), -EINVAL, "no argv");
     cr_assert_null(p);
+#ifndef TEST_UNDER_EMULATOR /* support.h: no exec failure is seen under qemu-user */
     o.argv = (const char *const[]){"/no/such/program", NULL};
     cr_assert_eq(rt_process_spawn(rt, &o, &p), -ENOENT);
     o.argv = (const char *const[]){"no-such-program-in-path", NULL};
@@ -253,6 +254,8 @@ Test(process, bad_programs_and_arguments_are_refused)
     o.cwd = "/no/such/directory";
     cr_assert_eq(rt_process_spawn(rt, &o, &p), -ENOENT);
     o.cwd = NULL;
+#endif
+    o.argv = (const char *const[]){"/bin/true", NULL};
     o.stdout_mode = 7;
     cr_assert_eq(rt_process_spawn(rt, &o, &p), -EINVAL);
     o.stdout_mode = RT_STDIO_PIPE;

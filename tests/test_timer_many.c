@@ -116,6 +116,13 @@ Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
      * tolerated only while it stays inside that jitter: the task that was
      * overtaken must complete within ORDER_TOLERANCE_NS of the one that
      * overtook it (no starvation), and only a few tasks may be out of place. */
+    /* Emulated (support.h), a turn of the reactor takes several times longer,
+     * and more consecutive timers share one. */
+#ifdef TEST_UNDER_EMULATOR
+    enum { MAX_DISPLACED = ORDERED_TASKS / 3 };
+#else
+    enum { MAX_DISPLACED = ORDERED_TASKS / 10 };
+#endif
     int displaced = 0;
     int tolerated = 0;
     for (int i = 0; i < ORDERED_TASKS; i++) {
@@ -139,7 +146,7 @@ Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
         cr_log_info("%d completion inversions within the scheduling jitter (%d tasks out of "
                     "place, worst lateness %lld us)",
                     tolerated, displaced, (long long)(worst / 1000));
-    cr_assert_leq(displaced, ORDERED_TASKS / 10, "%d of %d tasks completed out of deadline order",
+    cr_assert_leq(displaced, MAX_DISPLACED, "%d of %d tasks completed out of deadline order",
                   displaced, ORDERED_TASKS);
 }
 
