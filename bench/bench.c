@@ -303,7 +303,7 @@ static rt_poll spawn_local_root_poll(void *state, rt_context *cx, void **out)
         uint64_t spawned = 0;
         struct counter_task child = {&r->latch};
         for (; spawned < n; spawned++) {
-            int err = RT_SPAWN(NULL, counter_task_poll, NULL, &child, NULL);
+            int err = RT_SPAWN_STATE(NULL, counter_task_poll, NULL, &child, NULL);
             if (err < 0) {
                 task_failed("spawn_local: rt_spawn", err);
                 task_latch_count_down(&r->latch, n - spawned); /* the ones never spawned */
@@ -356,7 +356,7 @@ static struct rep_result run_spawn_remote(rt_runtime *rt, const struct params *p
 
     uint64_t t0 = now_ns();
     for (uint64_t i = 0; i < p->spawn_n; i++) {
-        int err = RT_SPAWN(rt, remote_counter_task_poll, NULL, &task, NULL);
+        int err = RT_SPAWN_STATE(rt, remote_counter_task_poll, NULL, &task, NULL);
         if (err < 0) {
             /* Wait for the tasks already spawned before failing, so none of
              * them runs on after main has moved on. */
@@ -424,7 +424,7 @@ static rt_poll yield_many_root_poll(void *state, rt_context *cx, void **out)
         uint64_t spawned = 0;
         struct yielder child = {r->yields, 0, &r->total_yields, &r->latch};
         for (; spawned < tasks; spawned++) {
-            int err = RT_SPAWN(NULL, yielder_poll, NULL, &child, NULL);
+            int err = RT_SPAWN_STATE(NULL, yielder_poll, NULL, &child, NULL);
             if (err < 0) {
                 task_failed("yield_many: rt_spawn", err);
                 task_latch_count_down(&r->latch, tasks - spawned);
@@ -567,10 +567,10 @@ static rt_poll ping_pong_root_poll(void *state, rt_context *cx, void **out)
                 fail("ping_pong: rt_chan_new failed");
             struct pinger a = {.out = ab, .in = ba, .rounds = r->rounds, .latch = &r->latch};
             struct ponger b = {.in = ab, .out = ba, .rounds = r->rounds, .latch = &r->latch};
-            int err = RT_SPAWN(NULL, pinger_poll, pinger_drop, &a, NULL);
+            int err = RT_SPAWN_STATE(NULL, pinger_poll, pinger_drop, &a, NULL);
             if (err < 0)
                 task_failed("ping_pong: rt_spawn", err);
-            err = RT_SPAWN(NULL, ponger_poll, ponger_drop, &b, NULL);
+            err = RT_SPAWN_STATE(NULL, ponger_poll, ponger_drop, &b, NULL);
             if (err < 0)
                 task_failed("ping_pong: rt_spawn", err);
             spawned += 2;
@@ -689,10 +689,10 @@ static rt_poll select_root_poll(void *state, rt_context *cx, void **out)
                              .latch = &r->latch};
         struct selector b = {
             .out = ba, .in = ab, .rounds = r->rounds, .fair = r->fair, .latch = &r->latch};
-        int err = RT_SPAWN(NULL, selector_poll, selector_drop, &a, NULL);
+        int err = RT_SPAWN_STATE(NULL, selector_poll, selector_drop, &a, NULL);
         if (err < 0)
             task_failed("select: rt_spawn", err);
-        err = RT_SPAWN(NULL, selector_poll, selector_drop, &b, NULL);
+        err = RT_SPAWN_STATE(NULL, selector_poll, selector_drop, &b, NULL);
         if (err < 0)
             task_failed("select: rt_spawn", err);
         r->result->tasks_spawned += 2;
@@ -742,7 +742,7 @@ static rt_poll chain_link_poll(void *state, rt_context *cx, void **out)
         task_latch_count_down(link->latch, 1);
     } else {
         struct chain_link next = {link->links_after - 1, link->latch};
-        int err = RT_SPAWN(NULL, chain_link_poll, NULL, &next, NULL);
+        int err = RT_SPAWN_STATE(NULL, chain_link_poll, NULL, &next, NULL);
         if (err < 0) {
             task_failed("chained_spawn: rt_spawn", err);
             task_latch_count_down(link->latch, 1); /* the chain ends here */
@@ -768,7 +768,7 @@ static rt_poll chained_spawn_root_poll(void *state, rt_context *cx, void **out)
     r->t0 = now_ns();
     {
         struct chain_link first = {r->depth - 1, &r->latch}; /* D tasks in all */
-        int err = RT_SPAWN(NULL, chain_link_poll, NULL, &first, NULL);
+        int err = RT_SPAWN_STATE(NULL, chain_link_poll, NULL, &first, NULL);
         if (err < 0) {
             task_failed("chained_spawn: rt_spawn", err);
             task_latch_count_down(&r->latch, 1);
@@ -822,13 +822,13 @@ static void fib_task_drop(void *state)
 {
     struct fib_task *f = state;
     RT_DROP(&f->join);
-    rt_task_detach(f->right);
+    rt_task_drop(f->right);
 }
 
 static int spawn_fib(uint64_t n, rt_task **handle)
 {
     struct fib_task child = {.n = n};
-    return RT_SPAWN(NULL, fib_task_poll, fib_task_drop, &child, handle);
+    return RT_SPAWN_STATE(NULL, fib_task_poll, fib_task_drop, &child, handle);
 }
 
 static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
@@ -845,7 +845,7 @@ static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
             err = spawn_fib(f->n - 2, &f->right);
         if (err < 0) {
             task_failed("fork_join: rt_spawn", err);
-            rt_task_detach(left); /* NULL-safe; a wrong sum reports it too */
+            rt_task_drop(left); /* NULL-safe; a wrong sum reports it too */
             *out = FIB_RESULT(0);
             return RT_READY;
         }
@@ -853,7 +853,7 @@ static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
         f->stage = 1;
     }
     if (f->stage == 1) { /* joining the left child */
-        if (RT_POLL(&f->join, cx) == RT_PENDING)
+        if (RT_POLL_OP(&f->join, cx) == RT_PENDING)
             return RT_PENDING;
         f->left_status = (int)f->join.result;
         f->n = FIB_VALUE(f->join.value);
@@ -862,7 +862,7 @@ static rt_poll fib_task_poll(void *state, rt_context *cx, void **out)
         f->stage = 2;
     }
     /* Joining the right child. */
-    if (RT_POLL(&f->join, cx) == RT_PENDING)
+    if (RT_POLL_OP(&f->join, cx) == RT_PENDING)
         return RT_PENDING;
     if (f->left_status != 0 || f->join.result != 0)
         task_failed("fork_join: rt_task_join",
@@ -969,7 +969,7 @@ static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
         }
         s->started = true;
     }
-    if (RT_POLL(&s->sleep, cx) == RT_PENDING)
+    if (RT_POLL_OP(&s->sleep, cx) == RT_PENDING)
         return RT_PENDING;
     /* Written before the count-down, whose release publishes it. */
     s->late_ns[s->index] = rt_now_ns() - s->sleep.deadline_ns;
@@ -1001,7 +1001,7 @@ static rt_poll timers_root_poll(void *state, rt_context *cx, void **out)
         struct sleeper child = {.late_ns = r->late_ns, .latch = &r->latch};
         for (; spawned < n; spawned++) {
             child.index = (uint32_t)spawned;
-            int err = RT_SPAWN(NULL, sleeper_poll, sleeper_drop, &child, NULL);
+            int err = RT_SPAWN_STATE(NULL, sleeper_poll, sleeper_drop, &child, NULL);
             if (err < 0) {
                 task_failed("timers: rt_spawn", err);
                 task_latch_count_down(&r->latch, n - spawned);
@@ -1213,7 +1213,7 @@ static rt_poll echo_acceptor_poll(void *state, rt_context *cx, void **out)
         /* TCP_NODELAY is on already, as on every accepted connection. */
         thread_latch_add(&g_server_latch, 1);
         struct echo_conn c = {.io = a->accept.conn};
-        int err = RT_SPAWN(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
+        int err = RT_SPAWN_STATE(NULL, echo_conn_poll, echo_conn_drop, &c, NULL);
         if (err < 0) {
             task_failed("tcp_echo: rt_spawn", err);
             rt_io_close(a->accept.conn);
@@ -1256,7 +1256,7 @@ static struct echo_server echo_server_start(rt_runtime *rt, uint16_t port, uint6
         fail("tcp_echo: rt_io_open (pipe): %s", rt_strerror(err));
 
     thread_latch_init(&g_server_latch, 1);
-    err = RT_SPAWN(rt, echo_acceptor_poll, echo_acceptor_drop, &a, NULL);
+    err = RT_SPAWN_STATE(rt, echo_acceptor_poll, echo_acceptor_drop, &a, NULL);
     if (err < 0)
         fail("tcp_echo: rt_spawn: %s", rt_strerror(err));
     return (struct echo_server){ntohs(((struct sockaddr_in *)&addr)->sin_port), stop[1]};

@@ -190,6 +190,6 @@ int main(int argc, char **argv)
     free(whole);
     rt_notify_all(n);
     rt_runtime_free(rt);
-    rt_notify_unref(n);
+    rt_notify_drop(n);
     return 0;
 }

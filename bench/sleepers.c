@@ -42,7 +42,7 @@ static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
 {
     struct sleeper *s = state;
     RT_CORO_BEGIN(&s->co);
-    if (RT_POLL(&s->nap, cx) == RT_PENDING) {
+    if (RT_POLL_OP(&s->nap, cx) == RT_PENDING) {
         atomic_fetch_add(&asleep, 1);
         RT_AWAIT(&s->co, cx, &s->nap);
     }
@@ -123,7 +123,7 @@ int main(int argc, char **argv)
     for (unsigned long i = 0; i < tasks; i++) {
         struct sleeper s = {0};
         rt_sleep_init(&s.nap, rt, sleep_ms * 1000000);
-        err = RT_SPAWN(rt, sleeper_poll, sleeper_drop, &s, NULL);
+        err = RT_SPAWN_STATE(rt, sleeper_poll, sleeper_drop, &s, NULL);
         if (err < 0) {
             fprintf(stderr, "rt_spawn: %s\n", rt_strerror(err));
             return 1;

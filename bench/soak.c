@@ -174,7 +174,7 @@ static rt_poll reader_poll(rt_future *f, rt_context *cx)
     struct reader *r = (struct reader *)f;
     while (r->got < r->want) {
         rt_io_read_init(&r->rd, r->io, r->buf + r->got, r->want - r->got);
-        if (RT_POLL(&r->rd, cx) == RT_PENDING)
+        if (RT_POLL_OP(&r->rd, cx) == RT_PENDING)
             return RT_PENDING;
         if (r->rd.result <= 0)
             return rt_future_finish(f, r->rd.result);
@@ -218,11 +218,11 @@ static void guard_init(struct guard *gd, rt_task *child, int64_t abort_after_ns,
 static rt_poll guard_poll(void *state, rt_context *cx, void **out)
 {
     struct guard *gd = state;
-    while (RT_POLL(&gd->join, cx) == RT_PENDING) {
-        if (!gd->limited || RT_POLL(&gd->limit, cx) == RT_PENDING)
+    while (RT_POLL_OP(&gd->join, cx) == RT_PENDING) {
+        if (!gd->limited || RT_POLL_OP(&gd->limit, cx) == RT_PENDING)
             return RT_PENDING;
         gd->limited = false;
-        rt_task_abort(gd->join.task); /* too slow: cancel it wherever it is */
+        rt_task_cancel(gd->join.task); /* too slow: cancel it wherever it is */
     }
     RT_DROP(&gd->limit); /* the child ended in time: cancel the timer */
     gd->limited = false;
@@ -236,8 +236,8 @@ static void guard_drop(void *state)
 {
     struct guard *gd = state;
     RT_DROP(&gd->limit);
-    rt_task_abort(gd->join.task); /* NULL once the join finished: a no-op */
-    RT_DROP(&gd->join);           /* detaches the handle if still held */
+    rt_task_cancel(gd->join.task); /* NULL once the join finished: a no-op */
+    RT_DROP(&gd->join);            /* detaches the handle if still held */
 }
 
 /* 1 connection in 16 is aborted if it still runs after 0-30 ms; -1: never. */
@@ -432,7 +432,7 @@ static void spawn_server(struct acceptor *a)
     rt_task *h;
     struct guard gd;
     rt_chan_sender_clone(s.ch);
-    int err = RT_SPAWN(NULL, server_poll, server_drop, &s, &h);
+    int err = RT_SPAWN_STATE(NULL, server_poll, server_drop, &s, &h);
     if (err < 0) {
         note_error("rt_spawn (server)", err);
         rt_chan_sender_drop(s.ch);
@@ -441,11 +441,11 @@ static void spawn_server(struct acceptor *a)
     }
     int64_t after = abort_after(&a->rng);
     if (after < 0) {
-        rt_task_detach(h);
+        rt_task_drop(h);
         return;
     }
     guard_init(&gd, h, after, &cnt.server_aborts);
-    if ((err = RT_SPAWN(NULL, guard_poll, guard_drop, &gd, NULL)) < 0) {
+    if ((err = RT_SPAWN_STATE(NULL, guard_poll, guard_drop, &gd, NULL)) < 0) {
         note_error("rt_spawn (guard)", err);
         guard_drop(&gd);
     }
@@ -621,7 +621,7 @@ static rt_poll driver_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&d->co);
     while (!g.stopping) {
         struct client c = {.rng = rng_next(&d->rng)};
-        if ((d->err = RT_SPAWN(NULL, client_poll, client_drop, &c, &child)) < 0) {
+        if ((d->err = RT_SPAWN_STATE(NULL, client_poll, client_drop, &c, &child)) < 0) {
             note_error("rt_spawn (client)", d->err);
             break;
         }
@@ -709,15 +709,15 @@ static void judge(const char *what, uint64_t (*v)[3], int k, size_t n, double fa
 static void finish(rt_task *h, bool abort_first, int64_t deadline, const char *what)
 {
     if (abort_first)
-        rt_task_abort(h);
+        rt_task_cancel(h);
     int64_t left = deadline - rt_now_ns();
     if (rt_task_wait(h, left > 0 ? left : 0, NULL, NULL) != -ETIMEDOUT)
         return;
     fail("shutdown: %s did not finish in time", what);
-    rt_task_abort(h);
+    rt_task_cancel(h);
     if (rt_task_wait(h, 5000 * MS, NULL, NULL) == -ETIMEDOUT) {
         fail("shutdown: %s did not finish even when aborted", what);
-        rt_task_detach(h);
+        rt_task_drop(h);
     }
 }
 
@@ -804,12 +804,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < PROCESSORS; i++) {
         check(rt_chan_new(16, &g.proc[i]), "rt_chan_new");
         struct processor p = {.ch = g.proc[i]};
-        check(RT_SPAWN(rt, processor_poll, processor_drop, &p, &procs[i]), "rt_spawn");
+        check(RT_SPAWN_STATE(rt, processor_poll, processor_drop, &p, &procs[i]), "rt_spawn");
     }
-    check(RT_SPAWN(rt, acceptor_poll, acceptor_drop, &a, &acceptor), "rt_spawn");
+    check(RT_SPAWN_STATE(rt, acceptor_poll, acceptor_drop, &a, &acceptor), "rt_spawn");
     for (uint64_t i = 0; i < C; i++) {
         struct driver d = {.rng = g.seed * 0x100000001b3u + i};
-        check(RT_SPAWN(rt, driver_poll, driver_drop, &d, &drivers[i]), "rt_spawn");
+        check(RT_SPAWN_STATE(rt, driver_poll, driver_drop, &d, &drivers[i]), "rt_spawn");
     }
 
     /* Sampling, once per second on the monotonic clock. */

@@ -44,7 +44,7 @@ static rt_poll client_poll(void *state, rt_context *cx, void **out)
     struct client *c = state;
     RT_CORO_BEGIN(&c->co);
     rt_tcp_connect_init(&c->connect, NULL, (struct sockaddr *)&c->addr, c->addr_len);
-    rt_deadline_init(&c->limit, NULL, &c->connect.future, c->deadline_ns);
+    rt_timeout_until_init(&c->limit, NULL, &c->connect.future, c->deadline_ns);
     RT_AWAIT(&c->co, cx, &c->limit);
     if (c->limit.result < 0)
         RT_FAIL(&c->co, out, (int)c->limit.result);
@@ -54,7 +54,7 @@ static rt_poll client_poll(void *state, rt_context *cx, void **out)
     if (c->send.result < 0)
         RT_FAIL(&c->co, out, (int)c->send.result);
     rt_io_read_init(&c->reply, c->io, c->buf, sizeof c->buf);
-    rt_deadline_init(&c->limit, NULL, &c->reply.future, c->deadline_ns);
+    rt_timeout_until_init(&c->limit, NULL, &c->reply.future, c->deadline_ns);
     RT_AWAIT(&c->co, cx, &c->limit);
     if (c->limit.result < 0)
         RT_FAIL(&c->co, out, (int)c->limit.result);

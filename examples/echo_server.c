@@ -91,7 +91,7 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
             continue; /* the peer gave up (-ECONNABORTED...): next one */
 
         struct conn c = {.io = a->accept.conn};
-        if (RT_SPAWN(NULL, conn_poll, conn_drop, &c, NULL) < 0)
+        if (RT_SPAWN_STATE(NULL, conn_poll, conn_drop, &c, NULL) < 0)
             rt_io_close(a->accept.conn);
     }
     RT_CORO_END(&a->co, out);
@@ -189,7 +189,8 @@ int main(int argc, char **argv)
     }
     if (err == 0) {
         what = "rt_spawn";
-        err = RT_SPAWN(rt, acceptor_poll, acceptor_drop, &a, NULL); /* owns the listener now */
+        /* The acceptor owns the listener from here on. */
+        err = RT_SPAWN_STATE(rt, acceptor_poll, acceptor_drop, &a, NULL);
     }
     if (err < 0) {
         fprintf(stderr, "echo_server: %s: %s\n", what, rt_strerror(err));

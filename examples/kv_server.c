@@ -41,7 +41,7 @@ struct entry {
 };
 
 static struct {
-    rt_mutex lock; /* held across no await: a task never waits with it */
+    rt_mutex *lock; /* held across no await: a task never waits with it */
     struct entry *buckets[MAP_BUCKETS];
 } map;
 
@@ -97,7 +97,7 @@ static void map_apply(char *cmd, char *key, char *value, char *out, size_t size)
 /* ---- Stopping ------------------------------------------------------------ */
 
 static atomic_bool stopping; /* set before stop_all is notified */
-static rt_notify stop_all;   /* every connection and the acceptor wait on it */
+static rt_notify *stop_all;  /* every connection and the acceptor wait on it */
 
 /* ---- One connection --------------------------------------------------------- */
 
@@ -157,7 +157,7 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
     if (rt_reader_new(c->io, LINE_MAX_BYTES, &c->in) < 0 || rt_writer_new(c->io, 0, &c->out) < 0)
         RT_RETURN(&c->co, out, NULL);
     for (;;) {
-        rt_notified_init(&c->stop, &stop_all); /* before the look at `stopping` */
+        rt_notified_init(&c->stop, stop_all); /* before the look at `stopping` */
         if (atomic_load(&stopping)) {
             c->goodbye = "ERR server shutting down\n";
             break;
@@ -179,7 +179,7 @@ static rt_poll conn_poll(void *state, rt_context *cx, void **out)
         if (bad != NULL) {
             snprintf(c->reply, sizeof c->reply, "%s", bad);
         } else {
-            rt_mutex_lock_init(&c->lock, &map.lock);
+            rt_mutex_lock_init(&c->lock, map.lock);
             RT_AWAIT_HOLD(&c->co, cx, &c->lock);
             map_apply(c->cmd, c->key, c->value, c->reply, sizeof c->reply);
             RT_RELEASE(&c->co, &c->lock);
@@ -220,7 +220,7 @@ struct acceptor {
     rt_tcp_accept accept;
     rt_select next; /* a connection or a stop signal */
     rt_sleep pause; /* backing off when out of descriptors */
-    rt_group_wait join;
+    rt_group_join join;
     rt_timeout grace; /* for the goodbyes */
 };
 
@@ -262,7 +262,7 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
     rt_io_close(a->listener);
     a->listener = NULL;
     atomic_store(&stopping, true);
-    rt_notify_all(&stop_all);
+    rt_notify_all(stop_all);
     rt_group_join_all_init(&a->join, a->conns);
     rt_timeout_init(&a->grace, NULL, &a->join.future, RT_SEC(10));
     RT_AWAIT(&a->co, cx, &a->grace);
@@ -322,8 +322,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "kv_server: rt_runtime_new: %s\n", rt_strerror(err));
         return 1;
     }
-    rt_mutex_init(&map.lock);
-    rt_notify_init(&stop_all);
 
     struct sockaddr_storage addr;
     socklen_t len;
@@ -332,8 +330,16 @@ int main(int argc, char **argv)
     rt_group_options_init(&opts);
     opts.discard = 1;
     rt_task *acceptor = NULL;
-    const char *what = "rt_signal_new";
-    err = rt_signal_new(rt, SIGINT, &a.intr);
+    const char *what = "rt_mutex_new";
+    err = rt_mutex_new(&map.lock);
+    if (err == 0) {
+        what = "rt_notify_new";
+        err = rt_notify_new(&stop_all);
+    }
+    if (err == 0) {
+        what = "rt_signal_new";
+        err = rt_signal_new(rt, SIGINT, &a.intr);
+    }
     if (err == 0)
         err = rt_signal_new(rt, SIGTERM, &a.term);
     if (err == 0) {
@@ -355,7 +361,7 @@ int main(int argc, char **argv)
     }
     if (err == 0) {
         what = "rt_spawn";
-        err = RT_SPAWN(rt, acceptor_poll, acceptor_drop, &a, &acceptor); /* owns both now */
+        err = RT_SPAWN_STATE(rt, acceptor_poll, acceptor_drop, &a, &acceptor); /* owns both now */
     }
     if (err < 0) {
         fprintf(stderr, "kv_server: %s: %s\n", what, rt_strerror(err));
@@ -380,8 +386,8 @@ int main(int argc, char **argv)
             free(e);
         }
     }
-    rt_notify_destroy(&stop_all);
-    rt_mutex_destroy(&map.lock);
+    rt_notify_drop(stop_all);
+    rt_mutex_drop(map.lock);
     if (err < 0) {
         fprintf(stderr, "kv_server: rt_runtime_free: %s\n", rt_strerror(err));
         return 1;

@@ -1,7 +1,7 @@
 /* Sums 1..N by splitting the range in halves down to a cutoff, one task per
  * half, written as straight-line coroutines: spawn two children, await both,
  * add. Shows rt_block_on, rt_spawn with a join handle awaited through an
- * rt_task_join operation, RT_AWAIT and RT_YIELD.
+ * rt_task_join operation, RT_AWAIT and RT_CORO_YIELD.
  *
  *   ./parallel_sum [N] [workers]        (defaults: 10000000 and all CPUs)
  */
@@ -29,8 +29,8 @@ static rt_poll sum_range_poll(void *state, rt_context *cx, void **out);
 static void sum_range_drop(void *state)
 {
     struct sum_range *s = state;
-    rt_task_abort(s->left.task);
-    rt_task_abort(s->right.task);
+    rt_task_cancel(s->left.task);
+    rt_task_cancel(s->right.task);
     RT_DROP(&s->left);
     RT_DROP(&s->right);
 }
@@ -51,18 +51,18 @@ static rt_poll sum_range_poll(void *state, rt_context *cx, void **out)
     rt_task *handle;
     /* Each join operation takes over its child's handle at once, so the drop
      * above finds every child in one of them. */
-    if (RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &left, &handle) < 0) {
+    if (RT_SPAWN_STATE(NULL, sum_range_poll, sum_range_drop, &left, &handle) < 0) {
         fprintf(stderr, "spawn failed\n");
         RT_RETURN(&s->co, out, 0);
     }
     rt_task_join_init(&s->left, handle);
-    if (RT_SPAWN(NULL, sum_range_poll, sum_range_drop, &right, &handle) < 0) {
+    if (RT_SPAWN_STATE(NULL, sum_range_poll, sum_range_drop, &right, &handle) < 0) {
         fprintf(stderr, "spawn failed\n");
         RT_RETURN(&s->co, out, 0);
     }
     rt_task_join_init(&s->right, handle);
-    /* Let the children start before we wait (not needed, shows RT_YIELD). */
-    RT_YIELD(&s->co, cx);
+    /* Let the children start before we wait (not needed, shows RT_CORO_YIELD). */
+    RT_CORO_YIELD(&s->co, cx);
     RT_AWAIT(&s->co, cx, &s->left);
     RT_AWAIT(&s->co, cx, &s->right);
     RT_RETURN(&s->co, out, (uintptr_t)s->left.value + (uintptr_t)s->right.value);

@@ -54,7 +54,7 @@ static void copy_spawn(rt_io *from, rt_io *to, rt_task_join *join)
 {
     struct copy c = {.from = from, .to = to};
     rt_task *t;
-    if (from == NULL || to == NULL || RT_SPAWN(NULL, copy_poll, copy_drop, &c, &t) < 0) {
+    if (from == NULL || to == NULL || RT_SPAWN_STATE(NULL, copy_poll, copy_drop, &c, &t) < 0) {
         copy_drop(&c); /* a join left zeroed is finished at once by join_all */
         return;
     }
@@ -68,7 +68,7 @@ struct pipeline {
     rt_io *in, *out; /* this program's, when copied */
     rt_task_join feed, drain;
     rt_join_all copies;
-    rt_process_wait exit;
+    rt_process_exited exit;
 };
 
 static void pipeline_drop(void *state)
@@ -94,7 +94,7 @@ static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
     p->in = p->out = NULL; /* the copies' now */
     rt_join_all_init(&p->copies, RT_FUTURES(&p->feed.future, &p->drain.future), 0);
     RT_AWAIT(&p->co, cx, &p->copies);
-    rt_process_wait_init(&p->exit, p->child);
+    rt_process_exited_init(&p->exit, p->child);
     RT_AWAIT(&p->co, cx, &p->exit);
     if (p->exit.result < 0)
         RT_RETURN(&p->co, out, (intptr_t)127);

@@ -50,7 +50,7 @@ struct pipeline {
     uint64_t producers, count, capacity;
     rt_chan *ch;         /* receiver side (plus one sender while spawning) */
     rt_group *group;     /* the producers */
-    rt_group_wait close; /* awaiting the group's end */
+    rt_group_join close; /* awaiting the group's end */
     rt_chan_recv recv;   /* the receive in flight */
     uint64_t sum;
 };

@@ -131,9 +131,9 @@ int main(void)
     rt_runtime_free(rt);
     rt_chan_sender_drop(forgotten);
     rt_chan_receiver_drop(forgotten, NULL, NULL);
-    rt_notify_unref(a_holds);
-    rt_notify_unref(b_holds);
-    rt_mutex_unref(first);
-    rt_mutex_unref(second);
+    rt_notify_drop(a_holds);
+    rt_notify_drop(b_holds);
+    rt_mutex_drop(first);
+    rt_mutex_drop(second);
     return 0;
 }

@@ -99,7 +99,7 @@ static rt_poll acceptor_poll(void *state, rt_context *cx, void **out)
             fprintf(stderr, "unix_echo: connection from pid %ld uid %ld\n", (long)peer.pid,
                     (long)peer.uid);
         struct conn c = {.io = a->accept.conn};
-        if (RT_SPAWN(NULL, conn_poll, conn_drop, &c, NULL) < 0)
+        if (RT_SPAWN_STATE(NULL, conn_poll, conn_drop, &c, NULL) < 0)
             rt_io_close(a->accept.conn);
     }
     RT_CORO_END(&a->co, out);
@@ -188,7 +188,8 @@ int main(int argc, char **argv)
     bool made_file = err == 0 && path[0] != '@';
     if (err == 0) {
         what = "rt_spawn";
-        err = RT_SPAWN(rt, acceptor_poll, acceptor_drop, &a, NULL); /* owns the listener now */
+        /* The acceptor owns the listener from here on. */
+        err = RT_SPAWN_STATE(rt, acceptor_poll, acceptor_drop, &a, NULL);
     }
     if (err < 0) {
         fprintf(stderr, "unix_echo: %s %s: %s\n", what, path, rt_strerror(err));

@@ -329,14 +329,9 @@ RT_EXPORT int rt_runtime_free(rt_runtime *rt)
     return 0;
 }
 
-RT_EXPORT int(rt_block_on)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state,
-                           size_t size, void **value, int *status)
-{
-    return rt_block_on_at(NULL, rt, poll, drop, state, size, value, status);
-}
-
-RT_EXPORT int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
-                             void *state, size_t size, void **value, int *status)
+RT_EXPORT int rt_block_on_with_site(const char *site, rt_runtime *rt, rt_poll_fn poll,
+                                    rt_drop_fn drop, void *state, size_t size, void **value,
+                                    int *status)
 {
     if (rt == NULL)
         return -EINVAL;
@@ -348,7 +343,7 @@ RT_EXPORT int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, 
     if (tw == NULL)
         return -ENOMEM;
     rt_task *handle;
-    int err = rt_spawn_ex_at(site, rt, NULL, poll, drop, state, size, &handle);
+    int err = rt_spawn_ex_with_site(site, rt, NULL, poll, drop, state, size, &handle);
     /* No limit: the wait itself cannot fail once the waker exists. */
     if (err == 0)
         err = rt__task_wait_with(handle, tw, -1, value, status, state, size);

@@ -30,7 +30,7 @@ directives so that an error points into the markdown.
 Outside the blocks: every path under examples/, src/, include/, tests/,
 bench/, scripts/ or docs/ that a document names must exist (or be a program
 that its directory's meson.build builds); a line named `PATH:N in FUNC` (a
-task dump's await point) must be an RT_AWAIT or RT_YIELD in FUNC, and one
+task dump's await point) must be an RT_AWAIT or RT_CORO_YIELD in FUNC, and one
 named `spawned at PATH:N` a spawn; a file name alone in backquotes
 (`echo_server.c`) must be one of the project's files; and the sizes in the
 table of docs/guide.md, "How much code a server takes", must be the
@@ -375,7 +375,7 @@ def check_line(root, path, n, function, spawn):
             return "line %d of %s is no await point: %s" % (n, path, text.strip())
         if function_at(lines, n) != function:
             return "line %d of %s is in %s, not %s" % (n, path, function_at(lines, n), function)
-    if spawn and not re.search(r"\b(rt_spawn\w*|RT_SPAWN|rt_group_spawn|rt_block_on)\s*\(", text):
+    if spawn and not re.search(r"\b(rt_spawn\w*|RT_SPAWN_STATE|rt_group_spawn|rt_block_on)\s*\(", text):
         return "line %d of %s spawns nothing: %s" % (n, path, text.strip())
     return None
 

@@ -99,7 +99,7 @@ static rt_poll child_poll(void *p, rt_context *cx, void **out)
     atomic_fetch_add(&ledger.polled[c->slot], 1);
     RT_CORO_BEGIN(&c->co);
     while (c->yields-- > 0)
-        RT_YIELD(&c->co, cx);
+        RT_CORO_YIELD(&c->co, cx);
     RT_RETURN(&c->co, out, (uintptr_t)c->slot);
     RT_CORO_END(&c->co, out);
 }
@@ -239,8 +239,8 @@ static rt_poll spawner_poll(void *p, rt_context *cx, void **out)
         if (s->h.err == 0)
             s->h.err = EXPECT(spawn_child(NULL, 1, NULL));
     }
-    rt_task_abort(s->tasks[2]);
-    rt_task_detach(s->tasks[3]);
+    rt_task_cancel(s->tasks[2]);
+    rt_task_drop(s->tasks[3]);
     s->tasks[3] = NULL;
     for (s->i = 0; s->i < 3; s->i++) {
         rt_task_join_init(&s->join, s->tasks[s->i]);
@@ -258,7 +258,7 @@ static void spawner_drop(void *p)
     struct spawner *s = p;
     RT_DROP(&s->join); /* detaches the handle it owns, if unfinished */
     for (int i = 0; i < 4; i++)
-        rt_task_detach(s->tasks[i]);
+        rt_task_drop(s->tasks[i]);
     root_drop_head(&s->h);
 }
 
@@ -273,7 +273,7 @@ static int scenario_spawn(rt_runtime *rt)
         int status = 0;
         e = EXPECT(rt_task_wait(t, -1, NULL, &status));
         if (e < 0)
-            rt_task_detach(t); /* the wait's own error: the handle is still ours */
+            rt_task_drop(t); /* the wait's own error: the handle is still ours */
         else
             e = EXPECT(status);
     }
@@ -287,6 +287,7 @@ struct timers {
     struct never never;
     rt_timeout timeout; /* around never */
     rt_interval interval;
+    rt_interval_tick tick;
     int ticks;
 };
 
@@ -312,12 +313,12 @@ static rt_poll timers_poll(void *p, rt_context *cx, void **out)
         RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
     rt_interval_init(&t->interval, NULL, 1000000);
     for (t->ticks = 0; t->ticks < 2; t->ticks++) {
-        RT_AWAIT(&t->h.co, cx, &t->interval); /* the next poll waits for the next tick */
-        t->h.err = (int)t->interval.result;
+        rt_interval_tick_init(&t->tick, &t->interval);
+        RT_AWAIT(&t->h.co, cx, &t->tick);
+        t->h.err = (int)t->tick.result;
         if (EXPECT(t->h.err) < 0)
             break;
     }
-    RT_DROP(&t->interval);
     RT_RETURN(&t->h.co, out, (intptr_t)t->h.err);
     RT_CORO_END(&t->h.co, out);
 }
@@ -327,7 +328,7 @@ static void timers_drop(void *p)
     struct timers *t = p;
     RT_DROP(&t->sleep);
     RT_DROP(&t->timeout); /* and never, if it still waits */
-    RT_DROP(&t->interval);
+    RT_DROP(&t->tick);
     root_drop_head(&t->h);
 }
 
@@ -426,7 +427,7 @@ static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
     t->h.err = (int)t->connect.result;
     if (EXPECT(t->h.err) < 0) {
         /* The server may wait for a connection that never comes. */
-        rt_task_abort(t->server.task);
+        rt_task_cancel(t->server.task);
     } else {
         t->client = t->connect.conn;
         rt_io_write_all_init(&t->wr, t->client, "ping", 4);
@@ -454,9 +455,9 @@ static rt_poll tcp_poll(void *p, rt_context *cx, void **out)
 static void tcp_drop(void *p)
 {
     struct tcp *t = p;
-    RT_DROP(&t->connect);          /* closes its half-open socket, if unfinished */
-    rt_task_abort(t->server.task); /* NULL once joined: a no-op */
-    RT_DROP(&t->server);           /* detaches the handle, if not joined */
+    RT_DROP(&t->connect);           /* closes its half-open socket, if unfinished */
+    rt_task_cancel(t->server.task); /* NULL once joined: a no-op */
+    RT_DROP(&t->server);            /* detaches the handle, if not joined */
     RT_DROP(&t->wr);
     RT_DROP(&t->rd);
     rt_io_close(t->client);
@@ -575,7 +576,7 @@ static int scenario_channel(rt_runtime *rt)
 struct group {
     struct root_head h;
     rt_group *g;
-    rt_group_wait wait;
+    rt_group_join wait;
     int i;
 };
 
@@ -664,7 +665,7 @@ static int scenario_blocking(rt_runtime *rt)
         int status = 0;
         e = EXPECT(rt_task_wait(t, -1, &value, &status));
         if (e < 0)
-            rt_task_detach(t); /* the wait's own error: the handle is still ours */
+            rt_task_drop(t); /* the wait's own error: the handle is still ours */
         else if ((e = EXPECT(status)) == 0 && (intptr_t)value != 6)
             expect("blocking wait", -EPROTO, NULL);
     }
@@ -875,7 +876,7 @@ struct child_process {
     rt_process *child;
     rt_io_write_all wr;
     rt_io_read rd;
-    rt_process_wait exit;
+    rt_process_exited exit;
     char buf[8];
 };
 
@@ -898,7 +899,7 @@ static rt_poll process_poll(void *p, rt_context *cx, void **out)
     RT_AWAIT(&x->h.co, cx, &x->rd);
     if (x->rd.result != 3 || memcmp(x->buf, "cat", 3) != 0)
         expect("read from cat", x->rd.result < 0 ? (int)x->rd.result : -EPROTO, NULL);
-    rt_process_wait_init(&x->exit, x->child);
+    rt_process_exited_init(&x->exit, x->child);
     RT_AWAIT(&x->h.co, cx, &x->exit);
     if (x->exit.result != 0 || x->exit.code != 0)
         expect("cat's exit", x->exit.result < 0 ? (int)x->exit.result : -EPROTO, NULL);
@@ -1009,12 +1010,12 @@ static rt_poll looker_poll(void *p, rt_context *cx, void **out)
     }
     {
         int n = 0;
-        int err = rt_runtime_tasks(rt_current(), count_task, &n);
+        int err = rt_runtime_tasks(rt_current_runtime(), count_task, &n);
         if (err < 0)
             s->h.err = EXPECT(err);
         FILE *null = fopen("/dev/null", "w");
         if (null != NULL) {
-            err = rt_runtime_dump(rt_current(), null);
+            err = rt_runtime_dump(rt_current_runtime(), null);
             if (err < 0)
                 s->h.err = EXPECT(err);
             fclose(null);
@@ -1034,7 +1035,7 @@ static void looker_drop(void *p)
     struct looker *s = p;
     RT_DROP(&s->join);
     for (int i = 0; i < 3; i++)
-        rt_task_detach(s->tasks[i]);
+        rt_task_drop(s->tasks[i]);
     root_drop_head(&s->h);
 }
 

@@ -343,7 +343,7 @@ int block_on_status_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_dro
                        void *state, size_t size, void **value)
 {
     int status = 1;
-    int rc = rt_block_on_at(site, rt, poll, drop, state, size, value, &status);
+    int rc = rt_block_on_with_site(site, rt, poll, drop, state, size, value, &status);
     if (rc < 0)
         return rc;
     cr_assert_leq(status, 0, "rt_block_on returned 0 without a status");

@@ -303,7 +303,7 @@ int task_wait_status(rt_task *task, int64_t timeout_ns, void **value);
 int block_on_status_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
                        void *state, size_t size, void **value);
 #define block_on_status(rt, poll, drop, state, size, value)                                        \
-    block_on_status_at(RT_HERE, (rt), (poll), (drop), (state), (size), (value))
+    block_on_status_at(RT__HERE, (rt), (poll), (drop), (state), (size), (value))
 
 /* ---- descriptors -------------------------------------------------------- */
 

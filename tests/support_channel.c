@@ -27,14 +27,14 @@ rt_poll oneshot_receiver_poll(void *state, rt_context *cx, void **out)
     struct oneshot_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_oneshot_recv_init(&r->op, r->o);
-    RT_AWAIT_POLL(&r->co, announce(RT_POLL(&r->op, cx), &r->announced, r->pending));
+    RT_AWAIT_POLL(&r->co, announce(RT_POLL_OP(&r->op, cx), &r->announced, r->pending));
     r->status = (int)r->op.result;
     r->value = r->op.value;
     if (r->res != NULL) {
         r->res->status = r->status;
         r->res->value = r->value;
         /* The same operation, polled again after it completed. */
-        r->res->again = RT_POLL(&r->op, cx);
+        r->res->again = RT_POLL_OP(&r->op, cx);
         r->res->again_status = (int)r->op.result;
         r->res->again_value = r->op.value;
     }

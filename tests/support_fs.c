@@ -88,7 +88,7 @@ rt_task *spawn_awaiter(rt_runtime *rt, rt_future *op, struct event *pending, str
 {
     struct awaiter a = {.op = op, .pending = pending, .dropped = dropped};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
     return t;
 }
 
@@ -114,7 +114,7 @@ rt_task *start_waiting(rt_runtime *rt, rt_future *op, struct event *dropped)
 /* Aborts a task waiting in op and checks that the drop reached op. */
 void abort_waiting(rt_task *t, rt_future *op)
 {
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(rt_future_is_done(op));
     cr_assert_eq(op->result, -ECANCELED);

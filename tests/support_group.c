@@ -77,7 +77,7 @@ void assert_group_drained(rt_runtime *rt, rt_group *g)
 int hand_wait(rt_runtime *rt, rt_group *g, bool closing, int64_t timeout_ns, size_t *failed,
               size_t *cancelled)
 {
-    rt_group_wait op;
+    rt_group_join op;
     memset(&op, 0, sizeof op);
     int rc = closing ? rt_group_close_init(&op, g) : rt_group_join_all_init(&op, g);
     cr_assert_eq(rc, 0, "wait init: %s", rt_strerror(rc));
@@ -151,7 +151,7 @@ rt_poll child_poll(void *state, rt_context *cx, void **out)
         if (c->worker_out != NULL)
             *c->worker_out = rt_current_worker();
         if (c->name_out != NULL) {
-            const char *name = rt_task_current_name();
+            const char *name = rt_current_task_name();
             snprintf(c->name_out, 80, "%s", name != NULL ? name : "(null)");
         }
         atomic_fetch_add(&child_first_polls, 1);

@@ -76,7 +76,7 @@ struct child {
     void *buf;         /* freed by the drop when not NULL */
     int pinned_to;     /* checked at every poll when worker_out is set */
     int *worker_out;   /* where the first poll reports its worker (may be NULL) */
-    char *name_out;    /* where the first poll copies rt_task_current_name() */
+    char *name_out;    /* where the first poll copies rt_current_task_name() */
 };
 
 rt_poll child_poll(void *state, rt_context *cx, void **out);

@@ -42,7 +42,7 @@ rt_poll one_read_poll(void *state, rt_context *cx, void **out)
     struct one_read *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_io_read_init(&r->rd, r->io, r->buf, r->len);
-    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL(&r->rd, cx), &reader_pending));
+    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL_OP(&r->rd, cx), &reader_pending));
     r->result = (ssize_t)r->rd.result;
     RT_RETURN(&r->co, out, (intptr_t)r->result);
     RT_CORO_END(&r->co, out);

@@ -72,11 +72,11 @@ static rt_poll one_op_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     if (s->kind == OP_READ) {
         rt_io_read_init(&s->rd, s->io, s->buf, s->len);
-        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &op_pending));
+        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->rd, cx), &op_pending));
         s->result = (ssize_t)s->rd.result;
     } else {
         rt_io_write_init(&s->wr, s->io, s->buf, s->len);
-        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->wr, cx), &op_pending));
+        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->wr, cx), &op_pending));
         s->result = (ssize_t)s->wr.result;
     }
     RT_RETURN(&s->co, out, (intptr_t)s->result);
@@ -93,7 +93,7 @@ rt_task *spawn_op(rt_runtime *rt, rt_io *io, enum op_kind kind, const void *data
     if (data != NULL)
         memcpy(s.buf, data, len);
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, one_op_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, one_op_poll, NULL, &s, &task), 0);
     return task;
 }
 
@@ -126,10 +126,10 @@ struct accept_out accept_one(rt_runtime *rt, rt_io *listener)
     o.err = 12345;
     struct accept_once s = {.listener = listener, .o = &o};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, accept_once_poll, rt_coro_drop, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, accept_once_poll, rt_coro_drop, &s, &task), 0);
     int rc = task_wait_status(task, 10 * SEC, NULL);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
+        rt_task_cancel(task);
         (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         o.err = -ETIMEDOUT;
         return o;

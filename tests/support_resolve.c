@@ -41,7 +41,7 @@ rt_task *start_op(rt_runtime *rt, rt_future *op, struct event *dropped)
     unsigned long seen = event_count(&pending);
     struct awaiter a = {op, &pending, dropped};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
     cr_assert(event_wait_for(&pending, seen + 1), "the operation never waited");
     return t;
 }
@@ -51,7 +51,7 @@ void run_op(rt_runtime *rt, rt_future *op)
 {
     struct awaiter a = {op, NULL, NULL};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, awaiter_poll, awaiter_drop, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 

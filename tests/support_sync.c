@@ -20,7 +20,7 @@ rt_poll sem_waiter_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&w->co);
     if (rt_semaphore_acquire_init(&w->op, w->sem, w->want) != 0)
         RT_RETURN(&w->co, out, (intptr_t)-1);
-    RT_AWAIT_POLL(&w->co, announce(RT_POLL(&w->op, cx), &w->announced, w->queued));
+    RT_AWAIT_POLL(&w->co, announce(RT_POLL_OP(&w->op, cx), &w->announced, w->queued));
     if (w->op.result != 0)
         RT_RETURN(&w->co, out, (intptr_t)w->op.result);
     record_rank(w->index);
@@ -43,7 +43,7 @@ void sem_waiter_drop(void *state)
 rt_task *spawn_sem_waiter(rt_runtime *rt, struct sem_waiter *w)
 {
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, sem_waiter_poll, sem_waiter_drop, w, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, sem_waiter_poll, sem_waiter_drop, w, &task), 0);
     return task;
 }
 
@@ -53,7 +53,7 @@ rt_poll mutex_waiter_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&w->co);
     if (rt_mutex_lock_init(&w->op, w->m) != 0)
         RT_RETURN(&w->co, out, (intptr_t)-1);
-    RT_AWAIT_POLL(&w->co, announce(RT_POLL(&w->op, cx), &w->announced, w->queued));
+    RT_AWAIT_POLL(&w->co, announce(RT_POLL_OP(&w->op, cx), &w->announced, w->queued));
     if (w->op.result != 0)
         RT_RETURN(&w->co, out, (intptr_t)w->op.result);
     record_rank(w->index);

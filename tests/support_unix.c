@@ -68,7 +68,7 @@ void run_op(rt_runtime *rt, rt_future *op)
 {
     struct await_op a = {.op = op};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
@@ -101,7 +101,7 @@ rt_task *start_waiter(rt_runtime *rt, rt_future *op)
     struct waiter w = {.op = op};
     unsigned long seen = event_count(&pending);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, waiter_poll, waiter_drop, &w, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, waiter_poll, waiter_drop, &w, &t), 0);
     cr_assert(event_wait_for(&pending, seen + 1));
     return t;
 }
@@ -109,7 +109,7 @@ rt_task *start_waiter(rt_runtime *rt, rt_future *op)
 /* Aborts a waiter and checks that it ended cancelled. */
 void abort_waiter(rt_task *t)
 {
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
 }
 

@@ -80,7 +80,7 @@ struct joiner {
     int bad;
 };
 
-/* Spawns blocking jobs from a task (rt NULL: rt_current()) and joins them. */
+/* Spawns blocking jobs from a task (rt NULL: rt_current_runtime()) and joins them. */
 static rt_poll joiner_poll(void *state, rt_context *cx, void **out)
 {
     struct joiner *j = *(struct joiner **)state;
@@ -230,7 +230,7 @@ static rt_poll unblocker_poll(void *state, rt_context *cx, void **out)
         RT_RETURN(&u->co, out, NULL);
     if (rt_spawn(NULL, signals_unblock_poll, NULL, NULL, 0, &u->task) != 0) {
         event_signal(&unblock);
-        rt_task_detach(u->job);
+        rt_task_drop(u->job);
         RT_RETURN(&u->co, out, NULL);
     }
     rt_task_join_init(&u->join_job, u->job);
@@ -247,7 +247,7 @@ Test(blocking, a_job_does_not_hold_a_worker)
     struct unblocker u;
     memset(&u, 0, sizeof u);
     rt_task *t = NULL;
-    cr_assert_eq(RT_SPAWN(rt, unblocker_poll, NULL, &u, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, unblocker_poll, NULL, &u, &t), 0);
     void *value = NULL;
     int rc = task_wait_status(t, WAIT_DEADLINE_NS, &value);
     if (rc == -ETIMEDOUT) {
@@ -449,7 +449,7 @@ Test(blocking, spawn_blocking_ex_releases_after_the_job_or_instead_of_it)
     rt_task *busy, *queued;
     cr_assert_eq(rt_spawn_blocking(rt, ex_wait_for_gate, NULL, &busy), 0);
     cr_assert_eq(rt_spawn_blocking_ex(rt, ex_job, ex_release, &ex_released, &queued), 0);
-    rt_task_abort(queued);
+    rt_task_cancel(queued);
     cr_assert_eq(task_wait_status(queued, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     event_signal(&ex_gate);
     cr_assert_eq(task_wait_status(busy, WAIT_DEADLINE_NS, NULL), 0);

@@ -51,7 +51,7 @@ static rt_poll abort_joiner_poll(void *state, rt_context *cx, void **out)
         event_signal(&aborted);
         RT_RETURN(&a->co, out, (intptr_t)INT_MIN);
     }
-    rt_task_abort(a->job);
+    rt_task_cancel(a->job);
     event_signal(&aborted);
     rt_task_join_init(&a->join, a->job);
     RT_AWAIT(&a->co, cx, &a->join);
@@ -70,13 +70,13 @@ Test(blocking, an_aborted_queued_job_never_runs_and_a_running_one_keeps_its_resu
     struct abort_joiner a;
     memset(&a, 0, sizeof a);
     rt_task *joiner = NULL;
-    cr_assert_eq(RT_SPAWN(rt, abort_joiner_poll, NULL, &a, &joiner), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, abort_joiner_poll, NULL, &a, &joiner), 0);
     cr_assert(event_wait_for(&aborted, 1));
     rt_task *after = spawn_held(rt, 2);
 
-    rt_task_abort(queued);
-    rt_task_abort(queued);      /* twice is fine */
-    rt_task_abort(running_job); /* running: cannot be interrupted */
+    rt_task_cancel(queued);
+    rt_task_cancel(queued);      /* twice is fine */
+    rt_task_cancel(running_job); /* running: cannot be interrupted */
     for (int i = 0; i < 4; i++)
         event_signal(&release);
 
@@ -237,7 +237,7 @@ Test(blocking, an_aborted_queued_job_completes_at_once_while_every_thread_is_bus
     rt_task *held = spawn_held(rt, 0);
     cr_assert(event_wait_for(&started, 1));
     rt_task *queued = spawn_held(rt, 1);
-    rt_task_abort(queued);
+    rt_task_cancel(queued);
     void *value = (void *)1;
     cr_assert_eq(task_wait_status(queued, WAIT_DEADLINE_NS, &value), -ECANCELED,
                  "the aborted queued job waited for the busy thread");

@@ -64,7 +64,7 @@ static rt_poll line_task_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&t->co);
     for (t->count = 0;; t->count++) {
         rt_read_line_init(&t->line, t->reader);
-        RT_AWAIT_POLL(&t->co, note_pending(RT_POLL(&t->line, cx), t->pending));
+        RT_AWAIT_POLL(&t->co, note_pending(RT_POLL_OP(&t->line, cx), t->pending));
         cr_assert_lt(t->count, sizeof RESULTS / sizeof RESULTS[0]);
         cr_assert_eq(t->line.result, RESULTS[t->count], "line %u: %lld", t->count,
                      (long long)t->line.result);
@@ -96,7 +96,7 @@ Test(bufio, lines_split_at_every_byte_boundary_come_out_whole)
         struct line_task t = {.reader = r, .pending = &pending};
         unsigned long seen = event_count(&pending);
         rt_task *task;
-        cr_assert_eq(RT_SPAWN(rt, line_task_poll, line_task_drop, &t, &task), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, line_task_poll, line_task_drop, &t, &task), 0);
         cr_assert(event_wait_for(&pending, seen + 1)); /* waits on the empty pipe */
         seen = event_count(&pending);
         write_all_fd(wfd, INPUT, split);
@@ -130,7 +130,7 @@ static void run_op(rt_runtime *rt, rt_future *op)
 {
     struct await_op a = {.op = op};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
@@ -296,7 +296,7 @@ Test(bufio, exact_reads_cross_refills_and_stop_short_at_the_end)
     cr_assert_eq(rt_reader_new(io, 300, &r), 0); /* smaller than one piece */
     struct exact_task t = {.reader = r};
     rt_task *task;
-    cr_assert_eq(RT_SPAWN(rt, exact_task_poll, rt_coro_drop, &t, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, exact_task_poll, rt_coro_drop, &t, &task), 0);
     struct feeder f = {wfd, BIG};
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, feed, &f), 0);
@@ -385,7 +385,7 @@ Test(bufio, small_writes_are_gathered_and_big_ones_go_straight_through)
     cr_assert_eq(pthread_create(&th, NULL, drain_fd, &d), 0);
     struct writer_task t = {.writer = w, .big = big};
     rt_task *task;
-    cr_assert_eq(RT_SPAWN(rt, writer_task_poll, rt_coro_drop, &t, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, writer_task_poll, rt_coro_drop, &t, &task), 0);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     rt_writer_free(w);
     rt_io_close(io); /* the end of the stream for the drain */

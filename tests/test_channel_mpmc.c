@@ -74,7 +74,7 @@ static rt_poll mc_receiver_poll(void *state, rt_context *cx, void **out)
             break;
         record(r->value);
         if (++r->count % 16 == 0)
-            RT_YIELD(&r->co, cx);
+            RT_CORO_YIELD(&r->co, cx);
     }
     if (r->status == -EPIPE)
         atomic_fetch_add(&receivers_at_end, 1);
@@ -89,13 +89,13 @@ static void mc_receiver_drop(void *state)
     rt_chan_receiver_drop(r->ch, NULL, NULL);
 }
 
-/* A foreign thread receiving with rt_chan_recv_blocking. */
+/* A foreign thread receiving with rt_chan_recv_wait. */
 static void *mc_thread(void *arg)
 {
     rt_chan *ch = arg;
     for (;;) {
         void *v = NULL;
-        int err = rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v);
+        int err = rt_chan_recv_wait(ch, WAIT_DEADLINE_NS, &v);
         if (err == -EPIPE) {
             atomic_fetch_add(&receivers_at_end, 1);
             break;
@@ -132,7 +132,7 @@ Test(channel, several_receiver_tasks_and_threads_get_each_value_once_and_all_see
     }
     rt_chan_receiver_drop(ch, NULL, NULL); /* ours: only the receivers hold one */
     for (uintptr_t i = 1; i <= MC_VALUES; i++)
-        cr_assert_eq(rt_chan_send_blocking(ch, (void *)i, WAIT_DEADLINE_NS), 0);
+        cr_assert_eq(rt_chan_send_wait(ch, (void *)i, WAIT_DEADLINE_NS), 0);
     rt_chan_sender_drop(ch); /* the end of the stream */
     for (int i = 0; i < MC_RECEIVERS; i++) {
         void *v = NULL;
@@ -157,9 +157,9 @@ Test(channel, receivers_aborted_while_they_wait_lose_and_strand_nothing)
      * were just woken for a value, or are running: the values they did not
      * take stay in the channel for the others. */
     for (uintptr_t i = 1; i <= MC_VALUES; i++) {
-        cr_assert_eq(rt_chan_send_blocking(ch, (void *)i, WAIT_DEADLINE_NS), 0);
+        cr_assert_eq(rt_chan_send_wait(ch, (void *)i, WAIT_DEADLINE_NS), 0);
         if (i % (MC_VALUES / 4) == 0 && i / (MC_VALUES / 4) <= MC_RECEIVERS / 2)
-            rt_task_abort(h[i / (MC_VALUES / 4) - 1]);
+            rt_task_cancel(h[i / (MC_VALUES / 4) - 1]);
     }
     rt_chan_sender_drop(ch);
     int ended = 0;
@@ -210,24 +210,24 @@ Test(channel, a_waiting_senders_value_moved_in_by_a_woken_receive_wakes_the_next
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(1)), 0); /* promised to r1 */
     rt_chan_send send;
     cr_assert_eq(rt_chan_send_init(&send, ch, V(2)), 0);
-    cr_assert_eq(RT_POLL(&send, &hs.cx), RT_PENDING, "the buffer is full");
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&send, &hs.cx), RT_PENDING, "the buffer is full");
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_READY);
     cr_assert_eq(r1.result, 0);
     cr_assert_eq(r1.value, V(1));
     /* Taking 1 moved 2 in: it is r2's now. */
     cr_assert_eq(counting_wakes(&h2.w), 1, "the value moved in woke nobody");
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN, "a try took the value promised to r2");
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_READY);
     cr_assert_eq(r2.result, 0);
     cr_assert_eq(r2.value, V(2));
     cr_assert_eq(counting_wakes(&hs.w), 1);
-    cr_assert_eq(RT_POLL(&send, &hs.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&send, &hs.cx), RT_READY);
     cr_assert_eq(send.result, 0);
     RT_DROP(&send);
     RT_DROP(&r1);
@@ -279,7 +279,7 @@ Test(channel, a_receiver_letting_go_in_its_end_of_stream_wake_leaves_the_channel
     struct letgo l = {.ch = ch, .woken = 0};
     cr_assert_eq(rt_chan_recv_init(&l.op, ch), 0);
     rt_context cx = {{&letgo_vtable, &l}};
-    cr_assert_eq(RT_POLL(&l.op, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&l.op, &cx), RT_PENDING);
     /* The last sender wakes the receive to see the end; the receiver lets
      * go of everything inside that wake, while the sender's drop has yet to
      * take the channel's lock again. The channel is freed once, after. */

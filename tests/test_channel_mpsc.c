@@ -67,12 +67,12 @@ Test(channel, chan_new_rejects_bad_arguments)
     cr_assert_eq(rt_chan_send_init(&op, NULL, V(1)), -EINVAL);
     /* The failed init left the send finished with its error. */
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -EINVAL);
     rt_chan_recv rop;
     cr_assert_eq(rt_chan_recv_init(NULL, ch), -EINVAL);
     cr_assert_eq(rt_chan_recv_init(&rop, NULL), -EINVAL);
-    cr_assert_eq(RT_POLL(&rop, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&rop, &cx), RT_READY);
     cr_assert_eq(rop.result, -EINVAL);
     cr_assert_null(rop.value);
     rt_chan_sender_drop(ch);
@@ -90,7 +90,7 @@ Test(channel, chan_zero_initialised_send_may_be_dropped)
     memset(&op, 0, sizeof op);
     /* Polled, a zeroed send finishes at once with -EINVAL. */
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -EINVAL);
     memset(&op, 0, sizeof op);
     RT_DROP(&op);
@@ -158,8 +158,8 @@ Test(channel, chan_send_stays_pending_on_a_full_channel_until_a_receive)
     hand_init(&h);
     rt_chan_send op;
     cr_assert_eq(rt_chan_send_init(&op, ch, V(0xC)), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN);
     cr_assert_eq(rt_chan_len(ch), 1);
@@ -168,10 +168,10 @@ Test(channel, chan_send_stays_pending_on_a_full_channel_until_a_receive)
     cr_assert_eq(v, V(0xA));
     cr_assert_eq(counting_wakes(&h.w), 1, "the waiting sender was not woken by the receive");
     cr_assert_eq(rt_chan_try_send(ch, V(0xD)), -EAGAIN, "try_send overtook the waiting sender");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, 0);
     /* Finished: polled again it reports the same, and sends nothing more. */
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_chan_len(ch), 1, "a second poll sent the value again");
     RT_DROP(&op);
@@ -198,7 +198,7 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
     for (int i = 1; i <= N; i++) {
         hand_init(&h[i]);
         cr_assert_eq(rt_chan_send_init(&op[i], ch, V(100 + i)), 0);
-        cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING);
+        cr_assert_eq(RT_POLL_OP(&op[i], &h[i].cx), RT_PENDING);
     }
     for (int k = 1; k <= N; k++) {
         void *v = NULL;
@@ -210,9 +210,9 @@ Test(channel, chan_waiting_senders_are_served_in_fifo_order_and_try_send_never_o
         cr_assert_eq(rt_chan_try_send(ch, V(999)), -EAGAIN,
                      "try_send overtook waiting senders (receive %d)", k);
         for (int i = N; i > k; i--)
-            cr_assert_eq(RT_POLL(&op[i], &h[i].cx), RT_PENDING, "sender %d overtook sender %d", i,
-                         k);
-        cr_assert_eq(RT_POLL(&op[k], &h[k].cx), RT_READY, "sender %d", k);
+            cr_assert_eq(RT_POLL_OP(&op[i], &h[i].cx), RT_PENDING, "sender %d overtook sender %d",
+                         i, k);
+        cr_assert_eq(RT_POLL_OP(&op[k], &h[k].cx), RT_READY, "sender %d", k);
         cr_assert_eq(op[k].result, 0);
     }
     void *v = NULL;
@@ -236,8 +236,8 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
     rt_chan_send op1, op2;
     cr_assert_eq(rt_chan_send_init(&op1, ch, V(2)), 0);
     cr_assert_eq(rt_chan_send_init(&op2, ch, V(3)), 0);
-    cr_assert_eq(RT_POLL(&op1, &h1.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op2, &h2.cx), RT_PENDING);
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(1));
@@ -259,7 +259,7 @@ Test(channel, chan_send_dropped_after_a_receive_made_room_reports_where_the_valu
         /* Not sent: the room it leaves goes to the next waiting sender. */
         cr_assert_eq(counting_wakes(&h2.w), 1, "the next sender was not served");
     }
-    cr_assert_eq(RT_POLL(&op2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op2, &h2.cx), RT_READY);
     cr_assert_eq(op2.result, 0);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(3));
@@ -281,26 +281,26 @@ Test(channel, chan_receives_polled_by_hand_are_served_oldest_first)
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(0x77)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1, "the oldest receive was not woken");
     cr_assert_eq(counting_wakes(&h2.w), 0, "one value woke two receives");
     /* The value is promised to r1: a try does not barge. */
     void *v = V(1);
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_READY);
     cr_assert_eq(r1.result, 0);
     cr_assert_eq(r1.value, V(0x77));
     /* A poll after completion reports the same and takes no other value. */
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY, "a poll after completion");
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_READY, "a poll after completion");
     cr_assert_eq(r1.result, 0, "a poll after completion");
     cr_assert_eq(r1.value, V(0x77), "a poll after completion");
     RT_DROP(&r1); /* after completion: nothing to do */
     cr_assert_eq(r1.result, 0);
     cr_assert_eq(rt_chan_try_send(ch, V(0x78)), 0);
     cr_assert_eq(counting_wakes(&h2.w), 1);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_READY);
     cr_assert_eq(r2.result, 0);
     cr_assert_eq(r2.value, V(0x78), "the second receive got %p", r2.value);
     RT_DROP(&r2);
@@ -323,8 +323,8 @@ Test(channel, chan_a_woken_receive_dropped_unpolled_passes_its_value_on)
     rt_chan_recv r1, r2;
     cr_assert_eq(rt_chan_recv_init(&r1, ch), 0);
     cr_assert_eq(rt_chan_recv_init(&r2, ch), 0);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_chan_try_send(ch, V(5)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1);
     /* r1's task was aborted before its next poll: its wake goes to r2, and
@@ -332,7 +332,7 @@ Test(channel, chan_a_woken_receive_dropped_unpolled_passes_its_value_on)
     RT_DROP(&r1);
     cr_assert_eq(r1.result, -ECANCELED);
     cr_assert_eq(counting_wakes(&h2.w), 1, "the dropped receive kept the wake to itself");
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_READY);
     cr_assert_eq(r2.result, 0);
     cr_assert_eq(r2.value, V(5));
     RT_DROP(&r2);
@@ -349,7 +349,7 @@ static rt_poll recv_once(rt_chan *ch, rt_context *cx, void **v, int *st)
 {
     rt_chan_recv op;
     cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
-    rt_poll r = RT_POLL(&op, cx);
+    rt_poll r = RT_POLL_OP(&op, cx);
     if (r == RT_READY) {
         *v = op.value;
         *st = (int)op.result;
@@ -387,7 +387,7 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_null(v, "end of stream must give a NULL value");
     cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
-    cr_assert_eq(rt_chan_recv_blocking(ch, 0, &v), -EPIPE);
+    cr_assert_eq(rt_chan_recv_wait(ch, 0, &v), -EPIPE);
     rt_chan_receiver_drop(ch, NULL, NULL);
 
     /* A waiting receiver is woken by the last sender's drop, not before. */
@@ -397,14 +397,14 @@ Test(channel, chan_end_of_stream_comes_after_the_last_sender_and_a_drained_buffe
     cr_assert_eq(rt_chan_sender_clone(ch), 0);
     rt_chan_recv op;
     cr_assert_eq(rt_chan_recv_init(&op, ch), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 0, "woken while a sender remained");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     rt_chan_sender_drop(ch);
     cr_assert_eq(counting_wakes(&h.w), 1,
                  "the waiting receiver was not woken by the last sender's drop");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, -EPIPE);
     cr_assert_null(op.value, "end of stream must give a NULL value");
     RT_DROP(&op);
@@ -424,7 +424,7 @@ static void *blocked_sender_main(void *arg)
 {
     struct blocked_sender *b = arg;
     event_signal(&b->started);
-    b->rc = rt_chan_send_blocking(b->ch, b->m, b->timeout);
+    b->rc = rt_chan_send_wait(b->ch, b->m, b->timeout);
     if (b->rc != 0)
         free(b->m); /* not sent: still ours */
     return NULL;
@@ -442,8 +442,8 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     rt_chan_send sb, sc;
     cr_assert_eq(rt_chan_send_init(&sb, ch, b), 0);
     cr_assert_eq(rt_chan_send_init(&sc, ch, c), 0);
-    cr_assert_eq(RT_POLL(&sb, &hb.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&sc, &hc.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&sb, &hb.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&sc, &hc.cx), RT_PENDING);
 
     /* A foreign thread blocked in a send too (or about to be). */
     static struct blocked_sender bs = {NULL, NULL, 0, 1, EVENT_INIT};
@@ -457,9 +457,9 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     rt_chan_close(ch);
     cr_assert_eq(counting_wakes(&hb.w), 1, "a waiting sender was not woken by close");
     cr_assert_eq(counting_wakes(&hc.w), 1, "a waiting sender was not woken by close");
-    cr_assert_eq(RT_POLL(&sb, &hb.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&sb, &hb.cx), RT_READY);
     cr_assert_eq(sb.result, -EPIPE);
-    cr_assert_eq(RT_POLL(&sc, &hc.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&sc, &hc.cx), RT_READY);
     cr_assert_eq(sc.result, -EPIPE);
     free(b); /* refused: still ours */
     free(c);
@@ -467,11 +467,11 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     cr_assert_eq(bs.rc, -EPIPE, "the blocked sender got %s", rt_strerror(bs.rc));
     cr_assert_eq(rt_chan_try_send(ch, d), -EPIPE);
     free(d);
-    cr_assert_eq(rt_chan_send_blocking(ch, V(6), 0), -EPIPE);
+    cr_assert_eq(rt_chan_send_wait(ch, V(6), 0), -EPIPE);
     rt_chan_send se;
     rt_context cx = noop_context();
     cr_assert_eq(rt_chan_send_init(&se, ch, V(7)), 0);
-    cr_assert_eq(RT_POLL(&se, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&se, &cx), RT_READY);
     cr_assert_eq(se.result, -EPIPE);
 
     /* What was buffered before the close is still received, then -EPIPE. */
@@ -484,7 +484,7 @@ Test(channel, chan_close_refuses_waiting_and_later_senders_who_keep_their_values
     int st = 1;
     cr_assert_eq(recv_once(ch, &cx, &v, &st), RT_READY);
     cr_assert_eq(st, -EPIPE);
-    cr_assert_eq(rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
+    cr_assert_eq(rt_chan_recv_wait(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
     rt_chan_close(ch); /* idempotent */
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EPIPE);
     cr_assert_eq(counting_outstanding(&hb.w), 0);
@@ -512,7 +512,7 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     hand_init(&h);
     rt_chan_send op;
     cr_assert_eq(rt_chan_send_init(&op, ch, waiting), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
 
     struct disposal d;
     memset(&d, 0, sizeof d);
@@ -523,7 +523,7 @@ Test(channel, chan_receiver_drop_disposes_buffered_values_oldest_first_and_refus
     cr_assert_eq(d.arg_seen, &d);
     cr_assert_eq(counting_wakes(&h.w), 1,
                  "the waiting sender was not woken by the receiver's drop");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, -EPIPE);
     free(waiting); /* refused: still ours, and not disposed */
     struct msg *late = new_msg(100);
@@ -542,26 +542,26 @@ Test(channel, chan_blocking_forms_time_out_without_sending_or_receiving)
     cr_assert_eq(rt_chan_new(1, &ch), 0);
     void *v = V(1);
     int64_t t0 = rt_now_ns();
-    cr_assert_eq(rt_chan_recv_blocking(ch, 20 * MS, &v), -ETIMEDOUT);
+    cr_assert_eq(rt_chan_recv_wait(ch, 20 * MS, &v), -ETIMEDOUT);
     int64_t took = rt_now_ns() - t0;
     cr_assert_geq(took, 20 * MS, "timed out after only %lld us", (long long)(took / 1000));
-    cr_assert_eq(rt_chan_recv_blocking(ch, 0, &v), -ETIMEDOUT);
+    cr_assert_eq(rt_chan_recv_wait(ch, 0, &v), -ETIMEDOUT);
     cr_assert_eq(rt_chan_try_send(ch, V(1)), 0);
     t0 = rt_now_ns();
-    cr_assert_eq(rt_chan_send_blocking(ch, V(2), 20 * MS), -ETIMEDOUT);
+    cr_assert_eq(rt_chan_send_wait(ch, V(2), 20 * MS), -ETIMEDOUT);
     took = rt_now_ns() - t0;
     cr_assert_geq(took, 20 * MS, "timed out after only %lld us", (long long)(took / 1000));
-    cr_assert_eq(rt_chan_send_blocking(ch, V(2), 0), -ETIMEDOUT);
+    cr_assert_eq(rt_chan_send_wait(ch, V(2), 0), -ETIMEDOUT);
     cr_assert_eq(rt_chan_len(ch), 1);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_eq(v, V(1));
     cr_assert_eq(rt_chan_try_recv(ch, &v), -EAGAIN, "a timed-out send was delivered");
     /* The timed-out sender left the queue: a try_send is not refused. */
     cr_assert_eq(rt_chan_try_send(ch, V(3)), 0, "a timed-out sender still blocks try_send");
-    cr_assert_eq(rt_chan_recv_blocking(ch, 0, &v), 0);
+    cr_assert_eq(rt_chan_recv_wait(ch, 0, &v), 0);
     cr_assert_eq(v, V(3));
-    cr_assert_eq(rt_chan_send_blocking(ch, V(4), 0), 0);
-    cr_assert_eq(rt_chan_recv_blocking(ch, -1, &v), 0);
+    cr_assert_eq(rt_chan_send_wait(ch, V(4), 0), 0);
+    cr_assert_eq(rt_chan_recv_wait(ch, -1, &v), 0);
     cr_assert_eq(v, V(4));
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -580,9 +580,9 @@ static rt_poll chan_deadlock_probe_poll(void *state, rt_context *cx, void **out)
     (void)cx;
     struct chan_deadlock_probe *p = *(struct chan_deadlock_probe **)state;
     void *v = NULL;
-    p->chan_recv_rc = rt_chan_recv_blocking(p->ch, 50 * MS, &v);
-    p->chan_send_rc = rt_chan_send_blocking(p->ch, V(2), 50 * MS);
-    p->oneshot_rc = rt_oneshot_recv_blocking(p->o, 50 * MS, &v);
+    p->chan_recv_rc = rt_chan_recv_wait(p->ch, 50 * MS, &v);
+    p->chan_send_rc = rt_chan_send_wait(p->ch, V(2), 50 * MS);
+    p->oneshot_rc = rt_oneshot_recv_wait(p->o, 50 * MS, &v);
     *out = NULL;
     return RT_READY;
 }
@@ -600,11 +600,9 @@ Test(channel, blocking_forms_fail_with_edeadlk_inside_a_task_and_move_nothing)
     struct chan_deadlock_probe p = {ch, o, 1, 1, 1};
     struct chan_deadlock_probe *pp = &p;
     cr_assert_eq(block_on_status(rt, chan_deadlock_probe_poll, NULL, &pp, sizeof pp, NULL), 0);
-    cr_assert_eq(p.chan_recv_rc, -EDEADLK, "rt_chan_recv_blocking: %s",
-                 rt_strerror(p.chan_recv_rc));
-    cr_assert_eq(p.chan_send_rc, -EDEADLK, "rt_chan_send_blocking: %s",
-                 rt_strerror(p.chan_send_rc));
-    cr_assert_eq(p.oneshot_rc, -EDEADLK, "rt_oneshot_recv_blocking: %s", rt_strerror(p.oneshot_rc));
+    cr_assert_eq(p.chan_recv_rc, -EDEADLK, "rt_chan_recv_wait: %s", rt_strerror(p.chan_recv_rc));
+    cr_assert_eq(p.chan_send_rc, -EDEADLK, "rt_chan_send_wait: %s", rt_strerror(p.chan_send_rc));
+    cr_assert_eq(p.oneshot_rc, -EDEADLK, "rt_oneshot_recv_wait: %s", rt_strerror(p.oneshot_rc));
     cr_assert_eq(rt_chan_len(ch), 1, "a failed blocking call moved a value");
     void *v = NULL;
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);

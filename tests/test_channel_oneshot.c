@@ -58,16 +58,16 @@ Test(channel, oneshot_recv_polled_by_hand_is_woken_once_and_hands_the_value_out_
     hand_init(&h);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     cr_assert_eq(counting_wakes(&h.w), 0);
     cr_assert_eq(rt_oneshot_send(o, V(5)), 0);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was woken %ld times", counting_wakes(&h.w));
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, 0);
     cr_assert_eq(op.value, V(5));
     /* A later poll is ready again with the same result, and takes nothing. */
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY, "a later poll is not ready again");
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY, "a later poll is not ready again");
     cr_assert_eq(op.result, 0);
     cr_assert_eq(op.value, V(5));
     RT_DROP(&op); /* after completion: nothing to do */
@@ -76,7 +76,7 @@ Test(channel, oneshot_recv_polled_by_hand_is_woken_once_and_hands_the_value_out_
     cr_assert_eq(rt_oneshot_try_recv(o, &v), -EALREADY, "the value was handed out twice");
     /* A new receive after the value was taken: -EALREADY. */
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, -EALREADY);
     cr_assert_null(op.value, "the value was handed out twice");
     void *u = V(1);
@@ -95,17 +95,17 @@ Test(channel, oneshot_a_second_receive_while_one_waits_is_ebusy_not_a_silent_han
     rt_oneshot_recv r1, r2;
     cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY, "a second receive waited behind the first");
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_READY, "a second receive waited behind the first");
     cr_assert_eq(r2.result, -EBUSY);
     cr_assert_null(r2.value);
     void *v = NULL;
-    cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -EBUSY);
+    cr_assert_eq(rt_oneshot_recv_wait(o, 0, &v), -EBUSY);
     cr_assert_eq(counting_outstanding(&h2.w), 0, "the refused receive's waker was kept");
     /* The first still gets the value. */
     cr_assert_eq(rt_oneshot_send(o, V(9)), 0);
     cr_assert_eq(counting_wakes(&h1.w), 1);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_READY);
     cr_assert_eq(r1.result, 0);
     cr_assert_eq(r1.value, V(9));
     /* Once the first one is dropped while waiting, a second may wait. */
@@ -113,13 +113,13 @@ Test(channel, oneshot_a_second_receive_while_one_waits_is_ebusy_not_a_silent_han
     cr_assert_eq(rt_oneshot_new(&o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r1, o), 0);
     cr_assert_eq(rt_oneshot_recv_init(&r2, o), 0);
-    cr_assert_eq(RT_POLL(&r1, &h1.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r1, &h1.cx), RT_PENDING);
     RT_DROP(&r1);
     cr_assert_eq(r1.result, -ECANCELED);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_PENDING);
     cr_assert_eq(rt_oneshot_send(o, V(3)), 0);
     cr_assert_eq(counting_wakes(&h2.w), 1);
-    cr_assert_eq(RT_POLL(&r2, &h2.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&r2, &h2.cx), RT_READY);
     cr_assert_eq(r2.result, 0);
     cr_assert_eq(r2.value, V(3));
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
@@ -135,10 +135,10 @@ Test(channel, oneshot_sender_dropped_without_sending_gives_epipe)
     hand_init(&h);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     rt_oneshot_sender_drop(o);
     cr_assert_eq(counting_wakes(&h.w), 1, "the receiver was not woken by the sender's drop");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, -EPIPE);
     cr_assert_null(op.value);
     void *v = NULL;
@@ -172,7 +172,7 @@ Test(channel, oneshot_receiver_dropped_first_send_gets_epipe_and_keeps_the_value
     cr_assert_eq(rt_oneshot_new(&o), 0);
     rt_oneshot_recv op;
     cr_assert_eq(rt_oneshot_recv_init(&op, o), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
     RT_DROP(&op);
     cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(counting_outstanding(&h.w), 0, "the dropped receive's waker was kept");
@@ -233,27 +233,27 @@ Test(channel, oneshot_recv_blocking_on_a_foreign_thread_times_out_then_receives)
     cr_assert_eq(rt_oneshot_new(&o), 0);
     void *v = V(1);
     int64_t t0 = rt_now_ns();
-    cr_assert_eq(rt_oneshot_recv_blocking(o, 20 * MS, &v), -ETIMEDOUT);
+    cr_assert_eq(rt_oneshot_recv_wait(o, 20 * MS, &v), -ETIMEDOUT);
     int64_t took = rt_now_ns() - t0;
     cr_assert_geq(took, 20 * MS, "timed out after only %lld us", (long long)(took / 1000));
-    cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -ETIMEDOUT);
+    cr_assert_eq(rt_oneshot_recv_wait(o, 0, &v), -ETIMEDOUT);
     struct oneshot_send_task t = {o, V(77)};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, oneshot_send_task_poll, NULL, &t, &task), 0);
-    cr_assert_eq(rt_oneshot_recv_blocking(o, WAIT_DEADLINE_NS, &v), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, oneshot_send_task_poll, NULL, &t, &task), 0);
+    cr_assert_eq(rt_oneshot_recv_wait(o, WAIT_DEADLINE_NS, &v), 0);
     cr_assert_eq(v, V(77));
     void *sent_rc = V(1);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &sent_rc), 0);
     cr_assert_eq((intptr_t)sent_rc, 0);
-    cr_assert_eq(rt_oneshot_recv_blocking(o, 0, &v), -EALREADY);
+    cr_assert_eq(rt_oneshot_recv_wait(o, 0, &v), -EALREADY);
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
 
     /* The sender dropped by a task: -EPIPE. */
     cr_assert_eq(rt_oneshot_new(&o), 0);
     t.o = o;
     t.value = NULL;
-    cr_assert_eq(RT_SPAWN(rt, oneshot_send_task_poll, NULL, &t, &task), 0);
-    cr_assert_eq(rt_oneshot_recv_blocking(o, WAIT_DEADLINE_NS, &v), -EPIPE);
+    cr_assert_eq(RT_SPAWN_STATE(rt, oneshot_send_task_poll, NULL, &t, &task), 0);
+    cr_assert_eq(rt_oneshot_recv_wait(o, WAIT_DEADLINE_NS, &v), -EPIPE);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(rt_oneshot_receiver_drop(o, NULL), 0);
     finish_runtime(rt, 0);
@@ -274,7 +274,7 @@ Test(channel, oneshot_recv_in_a_task_sent_from_a_foreign_thread)
     r.res = &res;
     r.pending = &os_pending;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, oneshot_receiver_poll, oneshot_receiver_drop, &r, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, oneshot_receiver_poll, oneshot_receiver_drop, &r, &task), 0);
     cr_assert(event_wait_for(&os_pending, 1), "the receiver never waited");
     cr_assert_eq(rt_oneshot_send(o, V(0xAB)), 0);
     void *v = NULL;
@@ -303,9 +303,9 @@ Test(channel, oneshot_receiving_task_aborted_releases_the_receiver)
     r.pending = &os_pending;
     r.dropped = &os_dropped;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, oneshot_receiver_poll, oneshot_receiver_drop, &r, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, oneshot_receiver_poll, oneshot_receiver_drop, &r, &task), 0);
     cr_assert(event_wait_for(&os_pending, 1), "the receiver never waited");
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&os_dropped), 1);
     struct msg *m = new_msg(1);

@@ -44,8 +44,8 @@ Test(channel_sized, bad_sizes_and_mismatched_forms_are_einval)
     void *p = &p;
     cr_assert_eq(rt_chan_try_recv(ch, &p), -EINVAL);
     cr_assert_null(p);
-    cr_assert_eq(rt_chan_send_blocking(ch, NULL, 0), -EINVAL);
-    cr_assert_eq(rt_chan_recv_blocking(ch, 0, NULL), -EINVAL);
+    cr_assert_eq(rt_chan_send_wait(ch, NULL, 0), -EINVAL);
+    cr_assert_eq(rt_chan_recv_wait(ch, 0, NULL), -EINVAL);
     rt_chan_send tx;
     cr_assert_eq(rt_chan_send_init(&tx, ch, NULL), -EINVAL);
     cr_assert(rt_future_is_done(&tx.future));
@@ -216,10 +216,10 @@ Test(channel_sized, two_producers_and_two_consumers_exchange_structs)
     struct producer p2 = {.ch = ch, .next = MESSAGES / 2, .end = MESSAGES};
     struct consumer c = {.ch = ch};
     rt_task *tp1, *tp2, *tc1, *tc2;
-    cr_assert_eq(RT_SPAWN(rt, producer_poll, producer_drop, &p1, &tp1), 0);
-    cr_assert_eq(RT_SPAWN(rt, producer_poll, producer_drop, &p2, &tp2), 0);
-    cr_assert_eq(RT_SPAWN(rt, consumer_poll, consumer_drop, &c, &tc1), 0);
-    cr_assert_eq(RT_SPAWN(rt, consumer_poll, consumer_drop, &c, &tc2), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, producer_poll, producer_drop, &p1, &tp1), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, producer_poll, producer_drop, &p2, &tp2), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, consumer_poll, consumer_drop, &c, &tc1), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, consumer_poll, consumer_drop, &c, &tc2), 0);
     cr_assert_eq(task_wait_status(tp1, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(task_wait_status(tp2, WAIT_DEADLINE_NS, NULL), 0);
     void *n1, *n2;
@@ -241,21 +241,21 @@ Test(channel_sized, a_waiting_senders_bytes_are_handed_in_when_room_is_made)
     cr_assert_eq(rt_chan_sender_clone(ch), 0);
     struct producer p = {.ch = ch, .next = 2, .end = 3};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, producer_poll, producer_drop, &p, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, producer_poll, producer_drop, &p, &t), 0);
     /* A blocking receive takes the first value; the waiting send's bytes
      * move into the freed slot as it does. */
     struct sample got;
-    cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, &got), 0);
+    cr_assert_eq(rt_chan_recv_into_wait(ch, WAIT_DEADLINE_NS, &got), 0);
     assert_sample(&got, 1);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, &got), 0);
+    cr_assert_eq(rt_chan_recv_into_wait(ch, WAIT_DEADLINE_NS, &got), 0);
     assert_sample(&got, 2);
     struct sample third = sample_of(3);
-    cr_assert_eq(rt_chan_send_copy_blocking(ch, &third, WAIT_DEADLINE_NS), 0);
-    cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, NULL), 0, "not handed back");
-    cr_assert_eq(rt_chan_recv_into_blocking(ch, 1 * MS, &got), -ETIMEDOUT);
+    cr_assert_eq(rt_chan_send_copy_wait(ch, &third, WAIT_DEADLINE_NS), 0);
+    cr_assert_eq(rt_chan_recv_into_wait(ch, WAIT_DEADLINE_NS, NULL), 0, "not handed back");
+    cr_assert_eq(rt_chan_recv_into_wait(ch, 1 * MS, &got), -ETIMEDOUT);
     rt_chan_sender_drop(ch);
-    cr_assert_eq(rt_chan_recv_into_blocking(ch, WAIT_DEADLINE_NS, &got), -EPIPE);
+    cr_assert_eq(rt_chan_recv_into_wait(ch, WAIT_DEADLINE_NS, &got), -EPIPE);
     rt_chan_receiver_drop(ch, NULL, NULL);
     finish_runtime(rt, 0);
 }
@@ -289,7 +289,7 @@ Test(channel_sized, a_dropped_receive_leaves_the_destination_alone)
     rt_select_init(&sel, RT_FUTURES(&rx.future, &nap.future));
     struct await_select a = {.sel = &sel};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_select_poll, rt_coro_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_select_poll, rt_coro_drop, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(sel.index, 1);
     cr_assert_eq(rx.result, -ECANCELED);

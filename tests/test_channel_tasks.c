@@ -66,7 +66,7 @@ static rt_poll chan_sender_poll(void *state, rt_context *cx, void **out)
     if (rt_chan_send_init(&s->op, s->ch, s->value) != 0)
         RT_RETURN(&s->co, out, (intptr_t)-1000);
     s->initialised = true;
-    RT_AWAIT_POLL(&s->co, announce(RT_POLL(&s->op, cx), &s->announced, s->pending));
+    RT_AWAIT_POLL(&s->co, announce(RT_POLL_OP(&s->op, cx), &s->announced, s->pending));
     s->status = (int)s->op.result;
     if (s->status == 0)
         s->owns_value = false; /* the channel's now */
@@ -107,7 +107,7 @@ static void chan_sender_drop(void *state)
 static rt_task *spawn_chan_sender(rt_runtime *rt, struct chan_sender *s)
 {
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, chan_sender_poll, chan_sender_drop, s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, chan_sender_poll, chan_sender_drop, s, &task), 0);
     return task;
 }
 
@@ -131,7 +131,7 @@ static rt_poll chan_receiver_poll(void *state, rt_context *cx, void **out)
     struct chan_receiver *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_chan_recv_init(&r->op, r->ch);
-    RT_AWAIT_POLL(&r->co, announce(RT_POLL(&r->op, cx), &r->announced, r->pending));
+    RT_AWAIT_POLL(&r->co, announce(RT_POLL_OP(&r->op, cx), &r->announced, r->pending));
     r->status = (int)r->op.result;
     r->value = r->op.value;
     if (r->status == -EPIPE)
@@ -156,7 +156,7 @@ static void chan_receiver_drop(void *state)
 static rt_task *spawn_chan_receiver(rt_runtime *rt, struct chan_receiver *r)
 {
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, chan_receiver_poll, chan_receiver_drop, r, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, chan_receiver_poll, chan_receiver_drop, r, &task), 0);
     return task;
 }
 
@@ -223,7 +223,7 @@ static void *mp_thread_main(void *arg)
 {
     struct mp_thread *t = arg;
     for (uint32_t seq = 0; seq < MP_MSGS; seq++) {
-        int rc = rt_chan_send_blocking(t->ch, ENCODE(t->id, seq), WAIT_DEADLINE_NS);
+        int rc = rt_chan_send_wait(t->ch, ENCODE(t->id, seq), WAIT_DEADLINE_NS);
         if (rc != 0) {
             atomic_fetch_add(&mp_send_errors, 1);
             break;
@@ -290,7 +290,7 @@ Test(channel, chan_many_producers_tasks_and_threads_deliver_every_message_once_i
     c.ch = ch;
     c.tally = &tally;
     rt_task *consumer = NULL;
-    cr_assert_eq(RT_SPAWN(rt, mp_consumer_poll, NULL, &c, &consumer), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, mp_consumer_poll, NULL, &c, &consumer), 0);
     rt_task *tasks[MP_TASKS];
     for (int i = 0; i < MP_TASKS; i++) {
         cr_assert_eq(rt_chan_sender_clone(ch), 0);
@@ -299,7 +299,7 @@ Test(channel, chan_many_producers_tasks_and_threads_deliver_every_message_once_i
         p.id = (uint32_t)i;
         p.count = MP_MSGS;
         p.holds_ref = true;
-        cr_assert_eq(RT_SPAWN(rt, mp_producer_poll, mp_producer_drop, &p, &tasks[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, mp_producer_poll, mp_producer_drop, &p, &tasks[i]), 0);
     }
     pthread_t threads[MP_THREADS];
     struct mp_thread mt[MP_THREADS];
@@ -342,16 +342,16 @@ Test(channel, chan_single_task_producer_to_a_blocking_receiver_keeps_fifo_order)
     p.count = COUNT;
     p.holds_ref = true; /* the test's reference goes to the task */
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, mp_producer_poll, mp_producer_drop, &p, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, mp_producer_poll, mp_producer_drop, &p, &task), 0);
     for (uint32_t seq = 0; seq < COUNT; seq++) {
         void *v = NULL;
-        int rc = rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v);
+        int rc = rt_chan_recv_wait(ch, WAIT_DEADLINE_NS, &v);
         cr_assert_eq(rc, 0, "receive %u: %s", seq, rt_strerror(rc));
         cr_assert_eq(DECODE_ID(v), 0);
         cr_assert_eq(DECODE_SEQ(v), seq, "got %u where %u was due", DECODE_SEQ(v), seq);
     }
     void *v = V(1);
-    cr_assert_eq(rt_chan_recv_blocking(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
+    cr_assert_eq(rt_chan_recv_wait(ch, WAIT_DEADLINE_NS, &v), -EPIPE);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(atomic_load(&mp_send_errors), 0);
     rt_chan_receiver_drop(ch, NULL, NULL);
@@ -372,7 +372,7 @@ Test(channel, chan_receive_aborted_mid_wait_loses_no_message)
     r.pending = &recv_pending;
     rt_task *task = spawn_chan_receiver(rt, &r);
     cr_assert(event_wait_for(&recv_pending, 1), "the receiver never waited");
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(rt_chan_try_send(ch, V(0x51)), 0);
     cr_assert_eq(rt_chan_len(ch), 1, "the message went to the aborted receive");
@@ -403,7 +403,7 @@ Test(channel, chan_receive_aborted_racing_a_send_gets_the_message_or_leaves_it)
         rt_task *task = spawn_chan_receiver(rt, &r);
         cr_assert(event_wait_for(&recv_pending, (unsigned long)i + 1), "round %d", i);
         cr_assert_eq(rt_chan_try_send(ch, V(i + 1)), 0);
-        rt_task_abort(task);
+        rt_task_cancel(task);
         void *v = NULL;
         int rc = task_wait_status(task, WAIT_DEADLINE_NS, &v);
         void *left_v = NULL;
@@ -453,8 +453,8 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     hand_init(&h);
     rt_chan_send op;
     cr_assert_eq(rt_chan_send_init(&op, ch, V(3)), 0);
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_PENDING);
-    rt_task_abort(task);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_PENDING);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(freed_unsent, "the drop said a send nobody received from was sent");
     void *v = NULL;
@@ -462,7 +462,7 @@ Test(channel, chan_send_aborted_while_waiting_keeps_the_value_and_blocks_no_othe
     cr_assert_eq(v, first);
     free(first);
     cr_assert_eq(counting_wakes(&h.w), 1, "the sender behind the aborted one was not served");
-    cr_assert_eq(RT_POLL(&op, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &h.cx), RT_READY);
     cr_assert_eq(op.result, 0);
     cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
     cr_assert_neq(v, aborted_value, "the aborted send's value was delivered");
@@ -502,7 +502,7 @@ Test(channel, chan_send_aborted_racing_a_receive_leaves_the_value_where_the_drop
         void *v = NULL;
         cr_assert_eq(rt_chan_try_recv(ch, &v), 0);
         cr_assert_eq(v, V(1));
-        rt_task_abort(task);
+        rt_task_cancel(task);
         void *result = NULL;
         int rc = task_wait_status(task, WAIT_DEADLINE_NS, &result);
         int trc = rt_chan_try_recv(ch, &v);
@@ -633,7 +633,7 @@ static void budget_user_drop(void *state)
     RT_DROP(&b->recv);
     RT_DROP(&b->join); /* unfinished, it detaches the handle */
     if (b->other != NULL)
-        rt_task_detach(b->other);
+        rt_task_drop(b->other);
 }
 
 static intptr_t run_budget_case(unsigned budget, bool sending)
@@ -701,7 +701,7 @@ Test(channel, shutdown_while_senders_and_receivers_wait_releases_everything)
         s.freed_unsent = &freed[i];
         s.pending = &shut_pending;
         s.dropped = &shut_dropped;
-        rt_task_detach(spawn_chan_sender(rt, &s));
+        rt_task_drop(spawn_chan_sender(rt, &s));
     }
     /* ch2: empty, its receiver owned by a waiting task. */
     rt_chan *ch2 = NULL;
@@ -711,7 +711,7 @@ Test(channel, shutdown_while_senders_and_receivers_wait_releases_everything)
     r.owns_receiver = true;
     r.pending = &shut_pending;
     r.dropped = &shut_dropped;
-    rt_task_detach(spawn_chan_receiver(rt, &r));
+    rt_task_drop(spawn_chan_receiver(rt, &r));
     /* A oneshot whose receiver is owned by a waiting task. */
     rt_oneshot *o = NULL;
     cr_assert_eq(rt_oneshot_new(&o), 0);
@@ -720,7 +720,7 @@ Test(channel, shutdown_while_senders_and_receivers_wait_releases_everything)
     orc.owns_receiver = true;
     orc.pending = &shut_pending;
     orc.dropped = &shut_dropped;
-    cr_assert_eq(RT_SPAWN(rt, oneshot_receiver_poll, oneshot_receiver_drop, &orc, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, oneshot_receiver_poll, oneshot_receiver_drop, &orc, NULL), 0);
 
     const int waiting = SHUT_SENDERS + 2;
     cr_assert(event_wait_for(&shut_pending, (unsigned long)waiting), "only %lu of %d waited",

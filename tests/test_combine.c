@@ -56,7 +56,7 @@ static void run_to_end(rt_runtime *rt, rt_future *op)
     static struct event pending = EVENT_INIT;
     struct await_one a = {.op = op, .pending = &pending};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_one_poll, NULL, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_one_poll, NULL, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
@@ -66,7 +66,7 @@ static rt_task *start_waiting(rt_runtime *rt, rt_future *op, struct event *pendi
     struct await_one a = {.op = op, .pending = pending};
     unsigned long before = event_count(pending);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_one_poll, NULL, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_one_poll, NULL, &a, &t), 0);
     cr_assert(event_wait_for(pending, before + 1));
     return t;
 }
@@ -151,22 +151,22 @@ Test(combine, a_send_that_lost_keeps_its_value)
 Test(combine, a_lock_that_lost_is_not_held)
 {
     rt_runtime *rt = new_runtime(2);
-    static rt_mutex m;
-    rt_mutex_init(&m);
-    cr_assert_eq(rt_mutex_try_lock(&m), 0); /* the test holds it */
+    static rt_mutex *m;
+    rt_mutex_new(&m);
+    cr_assert_eq(rt_mutex_try_lock(m), 0); /* the test holds it */
     static rt_mutex_lock lk;
     static rt_sleep short_sleep;
     static rt_select sel;
-    rt_mutex_lock_init(&lk, &m);
+    rt_mutex_lock_init(&lk, m);
     rt_sleep_init(&short_sleep, rt, 5 * MS);
     rt_select_init(&sel, RT_FUTURES(&lk.future, &short_sleep.future));
     run_to_end(rt, &sel.future);
     cr_assert_eq(sel.index, 1);
     cr_assert_eq(lk.result, -ECANCELED);
-    rt_mutex_unlock(&m);
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "the dropped wait took nothing");
-    rt_mutex_unlock(&m);
-    rt_mutex_destroy(&m);
+    rt_mutex_unlock(m);
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "the dropped wait took nothing");
+    rt_mutex_unlock(m);
+    rt_mutex_drop(m);
     finish_runtime(rt, 0);
 }
 
@@ -220,7 +220,7 @@ Test(combine, init_rejects_bad_arguments)
     rt_timeout t;
     cr_assert_eq(rt_timeout_init(&t, NULL, &s.future, 1), -EINVAL, "no runtime outside a task");
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&t, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&t, &cx), RT_READY);
     cr_assert_eq(t.result, -EINVAL);
 }
 
@@ -260,7 +260,7 @@ Test(combine, deadline_around_a_join)
     static rt_task_join join;
     static rt_timeout limit;
     rt_task_join_init(&join, sleeper);
-    cr_assert_eq(rt_deadline_init(&limit, rt, &join.future, rt_now_ns() + 5 * MS), 0);
+    cr_assert_eq(rt_timeout_until_init(&limit, rt, &join.future, rt_now_ns() + 5 * MS), 0);
     run_to_end(rt, &limit.future);
     cr_assert_eq(limit.result, -ETIMEDOUT);
     cr_assert_eq(join.result, -ECANCELED, "the join was dropped, detaching the handle");
@@ -410,10 +410,10 @@ static void observe(struct observed *o, rt_future *inner, int point)
 
 /* What the journey goes through; each await point can be left blocked. */
 static struct {
-    rt_mutex lock;     /* point 0: locked, then held across the rest */
+    rt_mutex *lock;    /* point 0: locked, then held across the rest */
     rt_chan *messages; /* point 1: a receive, against a long sleep */
     rt_io *socket;     /* point 2: a read, within a long timeout */
-    rt_notify notify;  /* point 3: a notification and a nap, joined */
+    rt_notify *notify; /* point 3: a notification and a nap, joined */
     rt_chan *full;     /* point 4: a send, into a channel of one */
 } world;
 
@@ -443,7 +443,7 @@ static rt_poll journey_poll(void *state, rt_context *cx, void **out)
 {
     struct journey *j = state;
     RT_CORO_BEGIN(&j->co);
-    rt_mutex_lock_init(&j->lock, &world.lock);
+    rt_mutex_lock_init(&j->lock, world.lock);
     observe(&j->obs, &j->lock.future, 0);
     RT_AWAIT(&j->co, cx, &j->obs);
     rt_coro_hold(&j->co, &j->lock.guard);
@@ -459,7 +459,7 @@ static rt_poll journey_poll(void *state, rt_context *cx, void **out)
     observe(&j->obs, &j->limit.future, 2);
     RT_AWAIT(&j->co, cx, &j->obs);
 
-    rt_notified_init(&j->note, &world.notify);
+    rt_notified_init(&j->note, world.notify);
     rt_sleep_init(&j->nap, NULL, 1 * MS);
     rt_join_all_init(&j->all, RT_FUTURES(&j->note.future, &j->nap.future), 0);
     observe(&j->obs, &j->all.future, 3);
@@ -477,18 +477,18 @@ static rt_poll journey_poll(void *state, rt_context *cx, void **out)
 static void world_open(rt_runtime *rt, int stop, int *ours)
 {
     static int message, filler;
-    rt_mutex_init(&world.lock);
+    rt_mutex_new(&world.lock);
     if (stop == 0)
-        cr_assert_eq(rt_mutex_try_lock(&world.lock), 0);
+        cr_assert_eq(rt_mutex_try_lock(world.lock), 0);
     cr_assert_eq(rt_chan_new(1, &world.messages), 0);
     if (stop > 1)
         cr_assert_eq(rt_chan_try_send(world.messages, &message), 0);
     tcp_pair(rt, ours, &world.socket);
     if (stop > 2)
         cr_assert_eq(write(*ours, "x", 1), 1);
-    rt_notify_init(&world.notify);
+    rt_notify_new(&world.notify);
     if (stop > 3)
-        rt_notify_one(&world.notify);
+        rt_notify_one(world.notify);
     cr_assert_eq(rt_chan_new(1, &world.full), 0);
     if (stop <= 4)
         cr_assert_eq(rt_chan_try_send(world.full, &filler), 0);
@@ -499,9 +499,9 @@ static void world_open(rt_runtime *rt, int stop, int *ours)
 static void world_check_and_close(int stop, int ours, bool shut)
 {
     if (stop == 0)
-        rt_mutex_unlock(&world.lock); /* the test's own hold */
-    cr_assert_eq(rt_mutex_try_lock(&world.lock), 0, "the lock was released (point %d)", stop);
-    rt_mutex_unlock(&world.lock);
+        rt_mutex_unlock(world.lock); /* the test's own hold */
+    cr_assert_eq(rt_mutex_try_lock(world.lock), 0, "the lock was released (point %d)", stop);
+    rt_mutex_unlock(world.lock);
     void *v = NULL;
     if (stop == 1) {
         /* The receive dropped at the point left the queue: a message sent
@@ -528,8 +528,8 @@ static void world_check_and_close(int stop, int ours, bool shut)
     if (!shut)
         rt_io_close(world.socket); /* else shutdown closed it */
     close(ours);
-    rt_notify_destroy(&world.notify);
-    rt_mutex_destroy(&world.lock);
+    rt_notify_drop(world.notify);
+    rt_mutex_drop(world.lock);
 }
 
 /* Starts a journey and returns once it waits at `stop`. */
@@ -538,7 +538,7 @@ static rt_task *journey_start(rt_runtime *rt, int stop)
     atomic_store(&parked_at, -1);
     struct journey j = {0};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, journey_poll, rt_coro_drop, &j, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, journey_poll, rt_coro_drop, &j, &t), 0);
     unsigned long seen = event_count(&parked);
     while (atomic_load(&parked_at) != stop)
         cr_assert(event_wait_for(&parked, ++seen), "the journey never waited at %d", stop);
@@ -552,7 +552,7 @@ Test(combine, a_coroutine_aborted_at_any_await_point_cleans_up_by_itself)
         int ours;
         world_open(rt, stop, &ours);
         rt_task *t = journey_start(rt, stop);
-        rt_task_abort(t);
+        rt_task_cancel(t);
         cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
         world_check_and_close(stop, ours, false);
         finish_runtime(rt, 0);
@@ -566,7 +566,7 @@ Test(combine, a_coroutine_cancelled_by_shutdown_at_any_await_point_cleans_up_by_
         int ours;
         world_open(rt, stop, &ours);
         rt_task *t = journey_start(rt, stop);
-        rt_task_detach(t);
+        rt_task_drop(t);
         shut_down(rt, 1);
         world_check_and_close(stop, ours, true);
         cr_assert_eq(rt_runtime_free(rt), 0);
@@ -580,7 +580,7 @@ Test(combine, a_coroutine_runs_its_whole_journey)
     world_open(rt, POINTS, &ours);
     struct journey j = {0};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, journey_poll, rt_coro_drop, &j, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, journey_poll, rt_coro_drop, &j, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     world_check_and_close(POINTS, ours, false);
     finish_runtime(rt, 0);
@@ -596,40 +596,47 @@ Test(combine, a_finished_operation_keeps_its_result_when_polled_without_context)
     rt_sleep_init(&nap, rt, 1 * MS);
     rt_join_all_init(&all, RT_FUTURES(&nap.future), 0);
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&all, NULL), RT_READY, "no context: -EINVAL, nothing done");
+    cr_assert_eq(RT_POLL_OP(&all, NULL), RT_READY, "no context: -EINVAL, nothing done");
     cr_assert_eq(all.result, -EINVAL);
     cr_assert(!rt_future_is_done(&all.future));
     run_to_end(rt, &all.future);
     cr_assert_eq(all.result, 0, "the earlier -EINVAL is not the join's outcome");
     cr_assert_eq(all.failed, 1);
-    cr_assert_eq(RT_POLL(&all, NULL), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&all, NULL), RT_READY);
     cr_assert_eq(all.result, 0, "a finished operation keeps its result");
-    cr_assert_eq(RT_POLL(&all, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&all, &cx), RT_READY);
     cr_assert_eq(all.result, 0);
     finish_runtime(rt, 0);
 }
 
-Test(combine, an_interval_in_a_select_keeps_ticking_when_it_loses_or_is_given_twice)
+Test(combine, an_interval_tick_in_a_select_keeps_the_phase_when_it_loses_or_is_given_twice)
 {
     rt_runtime *rt = new_runtime(1);
-    static rt_interval tick;
+    static rt_interval iv;
+    static rt_interval_tick tick;
     static rt_sleep soon;
     static rt_select sel;
-    cr_assert_eq(rt_interval_init(&tick, rt, 20 * MS), 0);
+    cr_assert_eq(rt_interval_init(&iv, rt, 20 * MS), 0);
+    int64_t first = iv.next_ns;
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), 0);
     rt_sleep_init(&soon, rt, 1 * MS);
     rt_select_init(&sel, RT_FUTURES(&tick.future, &soon.future));
     run_to_end(rt, &sel.future);
     cr_assert_eq(sel.index, 1, "the sleep comes first");
-    cr_assert_eq(tick.result, -ECANCELED, "the tick's wait was dropped...");
-    cr_assert(!rt_future_is_done(&tick.future), "...but the interval goes on");
+    cr_assert_eq(tick.result, -ECANCELED, "the losing tick was dropped...");
+    cr_assert_eq(iv.next_ns, first, "...and the interval waits for the same tick");
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), 0);
     rt_select_init(&sel, RT_FUTURES(&tick.future, &tick.future));
     run_to_end(rt, &sel.future);
     cr_assert_lt(sel.index, 2, "either of the two is the winner");
     cr_assert_eq(sel.result, 0, "the winner given twice is not dropped as a loser");
-    cr_assert(!rt_future_is_done(&tick.future));
+    /* On by one period, or by more if the process was held up past a tick. */
+    cr_assert_geq(iv.next_ns, first + 20 * MS, "the tick moved the interval on");
+    cr_assert_eq((iv.next_ns - first) % (20 * MS), 0, "the interval keeps its phase");
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), 0);
     run_to_end(rt, &tick.future); /* and the next tick comes */
     cr_assert_eq(tick.result, 0);
-    RT_DROP(&tick);
+    cr_assert_geq(rt_now_ns(), first + 20 * MS, "a tick never comes early");
     finish_runtime(rt, 0);
 }
 
@@ -670,7 +677,7 @@ Test(combine, a_timeout_around_a_join_set_to_abort_cancels_the_task)
     static rt_task_join join;
     static rt_timeout limit;
     rt_task_join_init(&join, t);
-    join.abort_on_drop = true;
+    join.cancel_on_drop = true;
     rt_timeout_init(&limit, rt, &join.future, 5 * MS);
     run_to_end(rt, &limit.future);
     cr_assert_eq(limit.result, -ETIMEDOUT);

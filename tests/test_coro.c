@@ -1,5 +1,5 @@
 /* Black-box tests of asyncrt/coro.h: the RT_CORO_BEGIN / RT_AWAIT /
- * RT_AWAIT_POLL / RT_YIELD / RT_RETURN / RT_CORO_END macros, the operation in
+ * RT_AWAIT_POLL / RT_CORO_YIELD / RT_RETURN / RT_CORO_END macros, the operation in
  * flight a coroutine remembers, the guards RT_AWAIT_HOLD takes and RT_RELEASE
  * gives back, and rt_coro_cleanup / rt_coro_drop, polled by hand with a no-op
  * or a counting waker and run as tasks on a runtime (aborted too). */
@@ -104,9 +104,9 @@ static rt_poll two_yields_poll(void *p, rt_context *cx, void **out)
     struct two_yields *s = p;
     RT_CORO_BEGIN(&s->co);
     s->step = 1;
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     s->step = 2;
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     s->step = 3;
     RT_RETURN(&s->co, out, (uintptr_t)42);
     RT_CORO_END(&s->co, out);
@@ -121,7 +121,8 @@ Test(coro, yields_resume_after_the_yield_and_wake_the_context_each_time)
 
     cr_assert_eq(two_yields_poll(&s, &cx, &out), RT_PENDING);
     cr_assert_eq(s.step, 1);
-    cr_assert_eq(atomic_load(&t.wakes_by_ref), 1, "RT_YIELD must wake the context by reference");
+    cr_assert_eq(atomic_load(&t.wakes_by_ref), 1,
+                 "RT_CORO_YIELD must wake the context by reference");
     cr_assert_neq(s.co.line, 0);
     cr_assert_neq(s.co.line, RT_CORO_DONE);
 
@@ -167,7 +168,7 @@ static rt_poll falls_off_poll(void *p, rt_context *cx, void **out)
     struct falls_off *s = p;
     RT_CORO_BEGIN(&s->co);
     s->ran++;
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     s->ran++;
     RT_CORO_END(&s->co, out);
 }
@@ -402,7 +403,7 @@ static rt_poll counted_child_poll(void *p, rt_context *cx, void **out)
     RT_CORO_BEGIN(&c->co);
     while (c->yields_left > 0) {
         c->yields_left--;
-        RT_YIELD(&c->co, cx);
+        RT_CORO_YIELD(&c->co, cx);
     }
     RT_RETURN(&c->co, out, c->result);
     RT_CORO_END(&c->co, out);
@@ -424,10 +425,10 @@ static rt_poll yielder_task_poll(void *p, rt_context *cx, void **out)
     struct yielder_task *s = p;
     s->report->polls++;
     RT_CORO_BEGIN(&s->co);
-    s->report->current = rt_current();
-    RT_YIELD(&s->co, cx);
-    RT_YIELD(&s->co, cx);
-    RT_YIELD(&s->co, cx);
+    s->report->current = rt_current_runtime();
+    RT_CORO_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     RT_RETURN(&s->co, out, (uintptr_t)0xC0FFEE);
     RT_CORO_END(&s->co, out);
 }
@@ -465,19 +466,19 @@ static rt_poll parent_poll(void *p, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     for (s->i = 0; s->i < 3; s->i++) {
         struct counted_child child = {{0}, s->i + 1, (s->i + 1) * 10};
-        s->report->spawn_rc[s->i] =
-            RT_SPAWN(NULL, counted_child_poll, counted_child_drop, &child, &s->children[s->i]);
+        s->report->spawn_rc[s->i] = RT_SPAWN_STATE(NULL, counted_child_poll, counted_child_drop,
+                                                   &child, &s->children[s->i]);
         if (s->report->spawn_rc[s->i] != 0)
             RT_RETURN(&s->co, out, (intptr_t)-1);
     }
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     for (s->i = 0; s->i < 3; s->i++) {
         rt_task_join_init(&s->joins[s->i], s->children[s->i]);
         RT_AWAIT(&s->co, cx, &s->joins[s->i]);
         s->report->values[s->i] = s->joins[s->i].value;
         s->report->status[s->i] = (int)s->joins[s->i].result;
         s->sum += (intptr_t)s->report->values[s->i];
-        RT_YIELD(&s->co, cx);
+        RT_CORO_YIELD(&s->co, cx);
     }
     RT_RETURN(&s->co, out, s->sum);
     RT_CORO_END(&s->co, out);
@@ -532,7 +533,7 @@ static rt_poll spawn_join_poll(void *p, rt_context *cx, void **out)
         RT_RETURN(&f->co, out, NULL);
     rt_task_join_init(&f->join, f->child);
     RT_AWAIT(&f->co, cx, &f->join);
-    RT_YIELD(&f->co, cx);
+    RT_CORO_YIELD(&f->co, cx);
     RT_RETURN(&f->co, out, f->join.value);
     RT_CORO_END(&f->co, out);
 }
@@ -571,7 +572,7 @@ static rt_poll fetch_body(struct fetch *f, rt_context *cx, void **out)
     RT_AWAIT(&f->co, cx, &f->limit);
     if (f->limit.result < 0) /* -ETIMEDOUT, or the read's error */
         RT_RETURN(&f->co, out, (intptr_t)f->limit.result);
-    RT_YIELD(&f->co, cx);
+    RT_CORO_YIELD(&f->co, cx);
     RT_RETURN(&f->co, out, (intptr_t)f->limit.result);
     RT_CORO_END(&f->co, out);
 }
@@ -596,7 +597,7 @@ static rt_task *spawn_fetch(rt_runtime *rt, int64_t limit_ns, struct event *pend
     f.limit_ns = limit_ns;
     f.pending = pending;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, fetch_poll, rt_coro_drop, &f, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, fetch_poll, rt_coro_drop, &f, &task), 0);
     return task;
 }
 
@@ -644,7 +645,7 @@ Test(coro, documented_fetch_example_aborted_mid_await_is_dropped_by_rt_coro_drop
     static struct event pending = EVENT_INIT;
     rt_task *task = spawn_fetch(rt, RT_SEC(60), &pending, &io, &w);
     cr_assert(event_wait_for(&pending, 1), "the fetch never waited for its read");
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     /* rt_coro_drop dropped the timeout (its timer) and the read: the bytes
      * written now are still there for anyone else, and nothing leaks. */
@@ -682,8 +683,8 @@ static rt_poll aborts_child_poll(void *p, rt_context *cx, void **out)
     if (s->report->spawn_rc[0] != 0)
         RT_RETURN(&s->co, out, NULL);
     /* Let the child be polled once, so it is idle rather than queued. */
-    RT_YIELD(&s->co, cx);
-    rt_task_abort(s->child);
+    RT_CORO_YIELD(&s->co, cx);
+    rt_task_cancel(s->child);
     rt_task_join_init(&s->join, s->child);
     RT_AWAIT(&s->co, cx, &s->join);
     s->report->values[0] = s->join.value;
@@ -726,7 +727,8 @@ static rt_poll hand_driven_poll(void *p, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     {
         struct counted_child child = {{0}, 3, 99};
-        s->spawn_rc = RT_SPAWN(s->rt, counted_child_poll, counted_child_drop, &child, &s->task);
+        s->spawn_rc =
+            RT_SPAWN_STATE(s->rt, counted_child_poll, counted_child_drop, &child, &s->task);
     }
     if (s->spawn_rc != 0)
         RT_RETURN(&s->co, out, NULL);
@@ -793,10 +795,10 @@ static rt_poll holder_poll(void *p, rt_context *cx, void **out)
     rt_semaphore_acquire_init(&s->acq, s->sem, 2);
     RT_AWAIT_HOLD(&s->co, cx, &s->acq);
     s->step = 2;
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     RT_RELEASE(&s->co, &s->lk);
     s->step = 3;
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     RT_RELEASE(&s->co, &s->acq);
     RT_RELEASE(&s->co, &s->acq); /* a second release does nothing */
     RT_RELEASE(&s->co, &s->lk);  /* nor does one of a guard let go already */
@@ -808,36 +810,36 @@ Test(coro, await_hold_keeps_a_lock_and_permits_until_release_gives_them_back)
 {
     struct hand h;
     hand_init(&h);
-    rt_mutex m;
-    rt_semaphore sem;
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    cr_assert_eq(rt_semaphore_init(&sem, 2), 0);
+    rt_mutex *m;
+    rt_semaphore *sem;
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    cr_assert_eq(rt_semaphore_new(2, &sem), 0);
     struct holder s;
     memset(&s, 0, sizeof s);
-    s.m = &m;
-    s.sem = &sem;
+    s.m = m;
+    s.sem = sem;
     void *out = NULL;
 
     /* The test thread holds the lock and one permit, so both awaits wait. */
-    cr_assert_eq(rt_mutex_try_lock(&m), 0);
-    cr_assert_eq(rt_semaphore_try_acquire(&sem, 1), 0);
+    cr_assert_eq(rt_mutex_try_lock(m), 0);
+    cr_assert_eq(rt_semaphore_try_acquire(sem, 1), 0);
     cr_assert_eq(holder_poll(&s, &h.cx, &out), RT_PENDING);
     cr_assert_eq(s.step, 0);
     cr_assert_eq(s.co.awaiting, &s.lk.future);
     cr_assert_null(s.co.held, "a lock not granted is held");
 
     long wakes = counting_wakes(&h.w);
-    rt_mutex_unlock(&m); /* handed to the waiting lock */
+    rt_mutex_unlock(m); /* handed to the waiting lock */
     cr_assert_gt(counting_wakes(&h.w), wakes, "the lock handed over did not wake its waiter");
     cr_assert_eq(holder_poll(&s, &h.cx, &out), RT_PENDING);
     cr_assert_eq(s.step, 1);
     cr_assert_eq(s.lk.result, 0);
     cr_assert_eq(s.co.awaiting, &s.acq.future);
     cr_assert_eq(s.co.held, &s.lk.guard, "the lock's guard is not held");
-    cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "the held lock is free");
+    cr_assert_eq(rt_mutex_try_lock(m), -EBUSY, "the held lock is free");
 
     wakes = counting_wakes(&h.w);
-    cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
+    cr_assert_eq(rt_semaphore_release(sem, 1), 0);
     cr_assert_gt(counting_wakes(&h.w), wakes, "the permits granted did not wake their waiter");
     cr_assert_eq(holder_poll(&s, &h.cx, &out), RT_PENDING); /* the yield */
     cr_assert_eq(s.step, 2);
@@ -845,30 +847,30 @@ Test(coro, await_hold_keeps_a_lock_and_permits_until_release_gives_them_back)
     cr_assert_null(s.co.awaiting);
     cr_assert_eq(s.co.held, &s.acq.guard, "the newest guard is not first");
     cr_assert_eq(s.co.held->next, &s.lk.guard, "the older guard is not behind it");
-    cr_assert_eq(rt_semaphore_available(&sem), 0);
-    cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
+    cr_assert_eq(rt_semaphore_available(sem), 0);
+    cr_assert_eq(rt_mutex_try_lock(m), -EBUSY);
 
     cr_assert_eq(holder_poll(&s, &h.cx, &out), RT_PENDING); /* released the lock */
     cr_assert_eq(s.step, 3);
     cr_assert_eq(s.co.held, &s.acq.guard);
     cr_assert_null(s.co.held->next, "the released lock's guard is still held");
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "RT_RELEASE did not unlock");
-    rt_mutex_unlock(&m);
-    cr_assert_eq(rt_semaphore_available(&sem), 0, "releasing the lock gave permits back");
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "RT_RELEASE did not unlock");
+    rt_mutex_unlock(m);
+    cr_assert_eq(rt_semaphore_available(sem), 0, "releasing the lock gave permits back");
 
     cr_assert_eq(holder_poll(&s, &h.cx, &out), RT_READY);
     cr_assert_eq(s.step, 4);
     cr_assert_null(s.co.held);
-    cr_assert_eq(rt_semaphore_available(&sem), 2, "the permits were not given back exactly once");
-    cr_assert_eq(rt_mutex_try_lock(&m), 0);
-    rt_mutex_unlock(&m);
+    cr_assert_eq(rt_semaphore_available(sem), 2, "the permits were not given back exactly once");
+    cr_assert_eq(rt_mutex_try_lock(m), 0);
+    rt_mutex_unlock(m);
 
     /* Holding nothing, a cleanup gives nothing back. */
     rt_coro_cleanup(&s.co);
-    cr_assert_eq(rt_semaphore_available(&sem), 2);
+    cr_assert_eq(rt_semaphore_available(sem), 2);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a waker reference was kept");
-    rt_semaphore_destroy(&sem);
-    rt_mutex_destroy(&m);
+    rt_semaphore_drop(sem);
+    rt_mutex_drop(m);
 }
 
 struct hold_and_return {
@@ -895,74 +897,74 @@ static rt_poll hold_and_return_poll(void *p, rt_context *cx, void **out)
 Test(coro, guards_still_held_at_the_return_are_given_back_by_the_drop)
 {
     rt_context cx = noop_context();
-    rt_mutex m;
-    rt_semaphore sem;
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    cr_assert_eq(rt_semaphore_init(&sem, 4), 0);
+    rt_mutex *m;
+    rt_semaphore *sem;
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    cr_assert_eq(rt_semaphore_new(4, &sem), 0);
     struct hold_and_return s;
     memset(&s, 0, sizeof s);
-    s.m = &m;
-    s.sem = &sem;
+    s.m = m;
+    s.sem = sem;
     void *out = NULL;
     cr_assert_eq(hold_and_return_poll(&s, &cx, &out), RT_READY);
     cr_assert_eq(out, (void *)(uintptr_t)1);
-    cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
-    cr_assert_eq(rt_semaphore_available(&sem), 1);
+    cr_assert_eq(rt_mutex_try_lock(m), -EBUSY);
+    cr_assert_eq(rt_semaphore_available(sem), 1);
     cr_assert_not_null(s.co.held);
 
     /* What a task's drop function does: rt_coro_drop on its state. */
     rt_coro_drop(&s);
     cr_assert_null(s.co.held);
-    cr_assert_eq(rt_semaphore_available(&sem), 4, "the drop did not give the permits back");
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "the drop did not unlock");
-    rt_mutex_unlock(&m);
+    cr_assert_eq(rt_semaphore_available(sem), 4, "the drop did not give the permits back");
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "the drop did not unlock");
+    rt_mutex_unlock(m);
     rt_coro_drop(&s);
-    cr_assert_eq(rt_semaphore_available(&sem), 4, "a second drop gave permits back again");
-    rt_semaphore_destroy(&sem);
-    rt_mutex_destroy(&m);
+    cr_assert_eq(rt_semaphore_available(sem), 4, "a second drop gave permits back again");
+    rt_semaphore_drop(sem);
+    rt_mutex_drop(m);
 }
 
 Test(coro, dropped_while_awaiting_a_lock_it_holds_nothing_and_leaves_the_lock_free)
 {
     struct hand h;
     hand_init(&h);
-    rt_mutex m;
-    rt_semaphore sem;
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    cr_assert_eq(rt_semaphore_init(&sem, 4), 0);
+    rt_mutex *m;
+    rt_semaphore *sem;
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    cr_assert_eq(rt_semaphore_new(4, &sem), 0);
 
     /* Dropped while queued for the lock. */
     struct hold_and_return s;
     memset(&s, 0, sizeof s);
-    s.m = &m;
-    s.sem = &sem;
+    s.m = m;
+    s.sem = sem;
     void *out = NULL;
-    cr_assert_eq(rt_mutex_try_lock(&m), 0);
+    cr_assert_eq(rt_mutex_try_lock(m), 0);
     cr_assert_eq(hold_and_return_poll(&s, &h.cx, &out), RT_PENDING);
     cr_assert_eq(s.co.awaiting, &s.lk.future);
     rt_coro_drop(&s);
     cr_assert_null(s.co.awaiting);
     cr_assert_null(s.co.held);
     cr_assert_eq(s.lk.result, -ECANCELED);
-    rt_mutex_unlock(&m); /* nobody waits any more */
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "a dropped waiter kept the lock");
-    rt_mutex_unlock(&m);
+    rt_mutex_unlock(m); /* nobody waits any more */
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "a dropped waiter kept the lock");
+    rt_mutex_unlock(m);
 
     /* Dropped after the lock was handed to it but before it collected it. */
     memset(&s, 0, sizeof s);
-    s.m = &m;
-    s.sem = &sem;
-    cr_assert_eq(rt_mutex_try_lock(&m), 0);
+    s.m = m;
+    s.sem = sem;
+    cr_assert_eq(rt_mutex_try_lock(m), 0);
     cr_assert_eq(hold_and_return_poll(&s, &h.cx, &out), RT_PENDING);
-    rt_mutex_unlock(&m); /* handed over to the waiting lock */
+    rt_mutex_unlock(m); /* handed over to the waiting lock */
     rt_coro_drop(&s);
     cr_assert_null(s.co.held);
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "a lock handed over but not collected was kept");
-    rt_mutex_unlock(&m);
-    cr_assert_eq(rt_semaphore_available(&sem), 4);
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "a lock handed over but not collected was kept");
+    rt_mutex_unlock(m);
+    cr_assert_eq(rt_semaphore_available(sem), 4);
     cr_assert_eq(counting_outstanding(&h.w), 0, "a dropped waiter kept a waker reference");
-    rt_semaphore_destroy(&sem);
-    rt_mutex_destroy(&m);
+    rt_semaphore_drop(sem);
+    rt_mutex_drop(m);
 }
 
 /* ---- tasks aborted in the middle of an await -------------------------------- */
@@ -1021,11 +1023,11 @@ Test(coro, task_aborted_while_awaiting_a_sleep_is_cleaned_up_by_rt_coro_drop)
     memset(&s, 0, sizeof s);
     s.r = &r;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, sleeper_poll, sleeper_drop, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, sleeper_poll, sleeper_drop, &s, &task), 0);
     cr_assert(event_wait_for(&r.pending, 1), "the task never waited for its sleep");
     cr_assert(r.awaiting_ok, "the pending sleep was not the operation in flight");
 
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&r.dropped, 1));
     cr_assert(r.awaiting_at_drop, "the aborted task's drop found no operation in flight");
@@ -1089,7 +1091,7 @@ Test(coro, task_aborted_while_awaiting_a_receive_leaves_the_message_in_the_chann
     s.ch = ch;
     s.r = &r;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, chan_waiter_poll, chan_waiter_drop, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, chan_waiter_poll, chan_waiter_drop, &s, &task), 0);
     cr_assert(event_wait_for(&r.pending, 1), "the task never waited for its receive");
     cr_assert(r.awaiting_ok, "the pending receive was not the operation in flight");
 
@@ -1097,10 +1099,10 @@ Test(coro, task_aborted_while_awaiting_a_receive_leaves_the_message_in_the_chann
      * polled again before the abort drops it. */
     struct hold_worker hw = {&entered, &release};
     rt_task *holder = NULL;
-    cr_assert_eq(RT_SPAWN(rt, hold_worker_poll, NULL, &hw, &holder), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, hold_worker_poll, NULL, &hw, &holder), 0);
     cr_assert(event_wait_for(&entered, 1));
     cr_assert_eq(rt_chan_try_send(ch, (void *)(uintptr_t)0x5EED), 0);
-    rt_task_abort(task);
+    rt_task_cancel(task);
     event_signal(&release);
 
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
@@ -1180,29 +1182,29 @@ Test(coro, task_aborted_while_holding_a_lock_guard_releases_the_lock_to_the_next
     static struct event holding = EVENT_INIT;
     static struct event taker_waits = EVENT_INIT;
     rt_runtime *rt = new_runtime(2);
-    rt_mutex m;
-    cr_assert_eq(rt_mutex_init(&m), 0);
+    rt_mutex *m;
+    cr_assert_eq(rt_mutex_new(&m), 0);
 
     struct lock_sitter sitter;
     memset(&sitter, 0, sizeof sitter);
-    sitter.m = &m;
+    sitter.m = m;
     sitter.holding = &holding;
     rt_task *a = NULL;
-    cr_assert_eq(RT_SPAWN(rt, lock_sitter_poll, rt_coro_drop, &sitter, &a), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, lock_sitter_poll, rt_coro_drop, &sitter, &a), 0);
     cr_assert(event_wait_for(&holding, 1), "the first task never took the lock");
-    cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY, "the lock held by the task is free");
+    cr_assert_eq(rt_mutex_try_lock(m), -EBUSY, "the lock held by the task is free");
 
     /* A second task queues for the lock behind the first. */
     struct lock_taker taker;
     memset(&taker, 0, sizeof taker);
-    taker.m = &m;
+    taker.m = m;
     taker.pending = &taker_waits;
     rt_task *b = NULL;
-    cr_assert_eq(RT_SPAWN(rt, lock_taker_poll, rt_coro_drop, &taker, &b), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, lock_taker_poll, rt_coro_drop, &taker, &b), 0);
     cr_assert(event_wait_for(&taker_waits, 1), "the second task never waited for the lock");
 
     /* Aborting the holder gives the lock back, to the task waiting for it. */
-    rt_task_abort(a);
+    rt_task_cancel(a);
     cr_assert_eq(task_wait_status(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     void *value = NULL;
     cr_assert_eq(task_wait_status(b, WAIT_DEADLINE_NS, &value), 0,
@@ -1211,11 +1213,11 @@ Test(coro, task_aborted_while_holding_a_lock_guard_releases_the_lock_to_the_next
                  (long)(intptr_t)value);
 
     /* And the second task's drop gave it back in turn. */
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "the lock is still held");
-    rt_mutex_unlock(&m);
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "the lock is still held");
+    rt_mutex_unlock(m);
     rt_metrics m_final;
     finish_runtime_metrics(rt, 0, &m_final);
     cr_assert_eq(m_final.cancelled, 1);
     cr_assert_eq(m_final.completed, 1);
-    rt_mutex_destroy(&m);
+    rt_mutex_drop(m);
 }

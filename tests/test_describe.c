@@ -162,12 +162,14 @@ Test(describe, an_interval_says_its_next_tick_and_period)
     struct hand h;
     hand_init(&h);
     rt_interval iv;
+    rt_interval_tick tick;
     cr_assert_eq(rt_interval_init(&iv, rt, 250 * SEC), 0);
-    rt_wait_info info = describe_pending(&iv.future, &h);
-    expect_fields(&info, RT_WAIT_SLEEP, -1, iv.sleep.deadline_ns, NULL, 0);
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), 0);
+    rt_wait_info info = describe_pending(&tick.future, &h);
+    expect_fields(&info, RT_WAIT_SLEEP, -1, iv.next_ns, NULL, 0);
     expect_words(&info, "tick until +");
     expect_words(&info, "every 250.000 s");
-    RT_DROP(&iv);
+    RT_DROP(&tick);
     finish_runtime(rt, 0);
 }
 
@@ -212,28 +214,28 @@ Test(describe, lock_acquire_and_notified_name_their_primitive)
     struct hand h;
     hand_init(&h);
 
-    rt_mutex m;
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    cr_assert_eq(rt_mutex_try_lock(&m), 0);
+    rt_mutex *m;
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    cr_assert_eq(rt_mutex_try_lock(m), 0);
     rt_mutex_lock lk;
-    rt_mutex_lock_init(&lk, &m);
-    EXPECT_WAIT(&lk, &h, RT_WAIT_LOCK, -1, &m, "lock of mutex ");
-    rt_mutex_unlock(&m);
-    rt_mutex_destroy(&m);
+    rt_mutex_lock_init(&lk, m);
+    EXPECT_WAIT(&lk, &h, RT_WAIT_LOCK, -1, m, "lock of mutex ");
+    rt_mutex_unlock(m);
+    rt_mutex_drop(m);
 
-    rt_semaphore sem;
-    cr_assert_eq(rt_semaphore_init(&sem, 1), 0);
+    rt_semaphore *sem;
+    cr_assert_eq(rt_semaphore_new(1, &sem), 0);
     rt_semaphore_acquire acq;
-    rt_semaphore_acquire_init(&acq, &sem, 2);
-    EXPECT_WAIT(&acq, &h, RT_WAIT_ACQUIRE, -1, &sem, "acquire 2 permits of semaphore ");
-    rt_semaphore_destroy(&sem);
+    rt_semaphore_acquire_init(&acq, sem, 2);
+    EXPECT_WAIT(&acq, &h, RT_WAIT_ACQUIRE, -1, sem, "acquire 2 permits of semaphore ");
+    rt_semaphore_drop(sem);
 
-    rt_notify n;
-    cr_assert_eq(rt_notify_init(&n), 0);
+    rt_notify *n;
+    cr_assert_eq(rt_notify_new(&n), 0);
     rt_notified nd;
-    rt_notified_init(&nd, &n);
-    EXPECT_WAIT(&nd, &h, RT_WAIT_NOTIFIED, -1, &n, "notif");
-    rt_notify_destroy(&n);
+    rt_notified_init(&nd, n);
+    EXPECT_WAIT(&nd, &h, RT_WAIT_NOTIFIED, -1, n, "notif");
+    rt_notify_drop(n);
 
     finish_runtime(rt, 0);
     cr_assert_eq(counting_outstanding(&h.w), 0);
@@ -264,7 +266,7 @@ Test(describe, group_waits_name_their_group)
     EXPECT_WAIT(&next, &h, RT_WAIT_GROUP, -1, g, "next result of group ");
 
     cr_assert_eq(rt_group_spawn(g, NULL, gated_child_poll, NULL, NULL, 0, NULL), 0);
-    rt_group_wait all;
+    rt_group_join all;
     rt_group_join_all_init(&all, g);
     EXPECT_WAIT(&all, &h, RT_WAIT_GROUP, -1, g, "every child of group ");
 
@@ -381,7 +383,7 @@ Test(describe, an_operation_a_task_waits_in_is_described_from_another_thread)
     static struct event pending = EVENT_INIT;
     struct await_one a = {.op = &limit.future, .pending = &pending};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_one_poll, NULL, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_one_poll, NULL, &a, &t), 0);
     cr_assert(event_wait_for(&pending, 1));
     rt_wait_info info = describe(&limit.future);
     expect_fields(&info, RT_WAIT_TIMEOUT, -1, limit.sleep.deadline_ns, NULL, 0);

@@ -519,8 +519,8 @@ Test(describe_io, a_process_wait_names_its_child)
     rt_process *p;
     cr_assert_eq(rt_process_spawn(rt, &o, &p), 0);
     pid_t pid = rt_process_pid(p);
-    rt_process_wait w;
-    rt_process_wait_init(&w, p);
+    rt_process_exited w;
+    rt_process_exited_init(&w, p);
     rt_wait_info info = describe_pending(&w.future, &h);
     expect_fields(&info, RT_WAIT_PROCESS, -1, 0, NULL, pid);
     char words[64];
@@ -529,7 +529,7 @@ Test(describe_io, a_process_wait_names_its_child)
     RT_DROP(&w);
 
     cr_assert_eq(rt_process_close_stdio(p, 0), 0);
-    rt_process_wait_init(&w, p);
+    rt_process_exited_init(&w, p);
     poll_to_end(&w.future);
     cr_assert_eq(w.result, 0);
     cr_assert_eq(w.code, 0);

@@ -143,7 +143,7 @@ Test(diag, tasks_says_where_each_waits_and_on_what)
     finish_runtime(rt, 0);
     rt_chan_sender_drop(ch);
     rt_chan_receiver_drop(ch, NULL, NULL);
-    rt_mutex_unref(m);
+    rt_mutex_drop(m);
 }
 
 /* ---- Lost wake-ups ----------------------------------------------------------- */
@@ -226,7 +226,7 @@ Test(diag, a_task_without_a_waker_is_reported_as_lost_once)
     cr_assert_eq(m.lost_wakeups, 1);
 
     /* An abort still ends it. */
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, -1, NULL), -ECANCELED);
     cr_assert(wait_all_workers_parked(rt));
     cr_assert_eq(atomic_load(&r.lost), 1, "reported once");
@@ -247,7 +247,7 @@ static rt_poll blocker_poll(void *p, rt_context *cx, void **out)
     struct blocker *s = p;
     RT_CORO_BEGIN(&s->co);
     atomic_store(&blocker_line, __LINE__ + 1);
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     {
         char c;
         /* A blocking call on a worker: exactly what the watchdog is for. */
@@ -303,7 +303,7 @@ static rt_poll churner_poll(void *p, rt_context *cx, void **out)
             rt_sleep_init(&s->nap, NULL, 10000);
             RT_AWAIT(&s->co, cx, &s->nap);
         } else {
-            RT_YIELD(&s->co, cx);
+            RT_CORO_YIELD(&s->co, cx);
         }
     }
     RT_CORO_END(&s->co, out);
@@ -329,7 +329,7 @@ Test(diag, dumps_while_tasks_spawn_finish_and_are_aborted)
         struct churner c = {.rounds = 40};
         cr_assert_eq(rt_spawn(rt, churner_poll, rt_coro_drop, &c, sizeof c, &tasks[i]), 0);
         if (i % 3 == 0)
-            rt_task_abort(tasks[i]);
+            rt_task_cancel(tasks[i]);
         if (i % 20 == 0) {
             int n = 0;
             cr_assert_geq(rt_runtime_tasks(rt, count_only, &n), 0);
@@ -384,7 +384,7 @@ Test(diag, errors)
     cr_assert_eq(rt_spawn(rt, forgetful_poll, rt_coro_drop, &fg, sizeof fg, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
     cr_assert_eq(rt_runtime_tasks(rt, nested, rt), 7, "a visit's value stops the walk");
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, -1, NULL), -ECANCELED);
     rt_config cfg;
     rt_config_init(&cfg);
@@ -438,7 +438,7 @@ Test(diag, the_dump_signal_makes_the_reactor_write_a_dump)
         }
         cr_assert(strstr(buf, "asyncrt task dump: 1 tasks") != NULL, "%s", buf);
     }
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, -1, NULL), -ECANCELED);
     finish_runtime(rt, 0);
     close(fds[0]);
@@ -523,7 +523,7 @@ Test(diag, wakes_and_aborts_during_looks_are_never_lost)
     }
     cr_assert(event_wait_for(&polled, PAIRS));
     for (int i = 0; i < PAIRS; i++) {
-        rt_task_abort(doomed[i]);
+        rt_task_cancel(doomed[i]);
         cr_assert_eq(task_wait_status(doomed[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     }
     for (int i = 0; i < 2 * PAIRS; i++)
@@ -534,5 +534,5 @@ Test(diag, wakes_and_aborts_during_looks_are_never_lost)
         pthread_join(lookers[i], NULL);
     finish_runtime(rt, 0);
     for (int i = 0; i < 2 * PAIRS; i++)
-        rt_notify_unref(n[i]);
+        rt_notify_drop(n[i]);
 }

@@ -21,7 +21,7 @@ TestSuite(diag_groups, .timeout = 120, .fini = fail_on_leaks);
 struct closer {
     rt_coro co;
     rt_group *g;
-    rt_group_wait close;
+    rt_group_join close;
 };
 
 static rt_poll closer_poll(void *p, rt_context *cx, void **out)

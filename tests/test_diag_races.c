@@ -75,7 +75,7 @@ Test(diag_races, a_task_aborted_while_a_report_holds_it_is_dropped_before_the_wo
     /* The only worker finds the lost task in its sweep before it sleeps,
      * and holds it for the report. */
     cr_assert(event_wait_for(&describing, 1));
-    rt_task_abort(task); /* the task looks running: only CANCELLED is set */
+    rt_task_cancel(task); /* the task looks running: only CANCELLED is set */
     event_signal(&may_go_on);
     /* The end of the look queues it on that worker, which must not sleep
      * before it has dropped it. */
@@ -104,7 +104,7 @@ static rt_poll looking_poll(void *p, rt_context *cx, void **out)
 {
     (void)cx;
     struct looking *s = p;
-    rt_runtime *rt = rt_current();
+    rt_runtime *rt = rt_current_runtime();
     event_signal(s->looked);
     while (rt_spawn(rt, trivial_poll, NULL, NULL, 0, NULL) != -ESHUTDOWN)
         sched_yield();

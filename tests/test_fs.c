@@ -343,7 +343,7 @@ Test(fs, bad_paths_and_modes_give_the_systems_errors)
         cr_assert_eq((op)->result, (err));                                                         \
         cr_assert_null((op)->job);                                                                 \
         rt_context cx_ = noop_context();                                                           \
-        cr_assert_eq(RT_POLL((op), &cx_), RT_READY);                                               \
+        cr_assert_eq(RT_POLL_OP((op), &cx_), RT_READY);                                            \
         cr_assert_eq((op)->result, (err));                                                         \
         RT_DROP(op); /* a no-op on a finished operation */                                         \
         cr_assert_eq((op)->result, (err));                                                         \

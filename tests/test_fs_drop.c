@@ -208,7 +208,7 @@ Test(fs_drop, a_finished_job_whose_operation_is_dropped_uncollected_releases_wha
     cr_assert_eq(rt_file_read_init(&rd, r, buf, 16), 0);
     struct hand h;
     hand_init(&h);
-    cr_assert_eq(RT_POLL(&rd, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&rd, &h.cx), RT_PENDING);
     write_fd_all(wfd, "fresh bytes", 11);
     cr_assert(event_wait_for(&h.w.woken, 1), "the job never ended");
     RT_DROP(&rd);
@@ -235,7 +235,7 @@ Test(fs_drop, a_finished_job_whose_operation_is_dropped_uncollected_releases_wha
     cr_assert_eq(rt_file_open_init(&op, rt, fifo2, O_RDONLY, 0), 0);
     struct hand h2;
     hand_init(&h2);
-    cr_assert_eq(RT_POLL(&op, &h2.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &h2.cx), RT_PENDING);
     int wfd2 = open(fifo2, O_WRONLY | O_CLOEXEC); /* waits for the job's open */
     cr_assert_geq(wfd2, 0);
     cr_assert(event_wait_for(&h2.w.woken, 1), "the job never ended");
@@ -320,7 +320,7 @@ Test(fs_drop, a_shutdown_with_file_operations_pending_leaks_nothing)
     cr_assert_eq(rt_fs_unlink_init(&un, rt, data), 0);
     struct hand h;
     hand_init(&h);
-    cr_assert_eq(RT_POLL(&un, &h.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&un, &h.cx), RT_PENDING);
 
     /* The shutdown drops the tasks, cancels the queued jobs (which wakes
      * the hand-polled operation), then waits for the running ones, which
@@ -342,14 +342,14 @@ Test(fs_drop, a_shutdown_with_file_operations_pending_leaks_nothing)
     free(buf);
 
     /* The shutdown cancelled the hand-polled operation's job. */
-    cr_assert_eq(RT_POLL(&un, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&un, &h.cx), RT_READY);
     cr_assert_eq(un.result, -ESHUTDOWN);
     cr_assert_eq(counting_outstanding(&h.w), 0);
     /* One initialised now has no pool to run on. */
     rt_fs_stat late;
     cr_assert_eq(rt_fs_stat_init(&late, rt, data), 0);
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&late, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&late, &cx), RT_READY);
     cr_assert_eq(late.result, -ESHUTDOWN);
 
     cr_assert_eq(rt_file_close(f), 0);

@@ -219,19 +219,20 @@ Test(future, user_operation_is_polled_through_its_vtable_until_it_finishes)
     countdown_op_init(&op, 2, 77);
     cr_assert_not(rt_future_is_done(&op.future), "an operation never polled is not done");
 
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
-    cr_assert_eq(rt_future_poll(&op.future, &cx), RT_PENDING, "RT_POLL and rt_future_poll differ");
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING);
+    cr_assert_eq(rt_future_poll(&op.future, &cx), RT_PENDING,
+                 "RT_POLL_OP and rt_future_poll differ");
     cr_assert_not(rt_future_is_done(&op.future));
     cr_assert_eq(atomic_load(&t.wakes_by_ref), 2, "the operation was not given the context");
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, 77);
     cr_assert_eq(op.polls, 3);
     cr_assert(rt_future_is_done(&op.future));
 
     /* Finished: later polls report the same result without asking the
      * vtable, and a drop is a no-op. */
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, 77);
     cr_assert_eq(op.polls, 3, "a finished operation was polled through its vtable");
     RT_DROP(&op);
@@ -246,10 +247,10 @@ Test(future, user_operation_ready_at_the_first_poll_finishes_with_a_negative_res
     rt_context cx = noop_context();
     struct countdown_op op;
     countdown_op_init(&op, 0, -ENOENT);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -ENOENT);
     cr_assert(rt_future_is_done(&op.future));
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -ENOENT);
     cr_assert_eq(op.polls, 1);
 }
@@ -259,7 +260,7 @@ Test(future, dropping_an_unfinished_operation_cancels_it_once)
     rt_context cx = noop_context();
     struct countdown_op op;
     countdown_op_init(&op, 5, 1);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING);
 
     RT_DROP(&op);
     cr_assert_eq(op.drops, 1);
@@ -270,13 +271,13 @@ Test(future, dropping_an_unfinished_operation_cancels_it_once)
     RT_DROP(&op);
     rt_future_drop(&op.future);
     cr_assert_eq(op.drops, 1, "the vtable drop ran more than once");
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -ECANCELED);
     cr_assert_eq(op.polls, 1, "a dropped operation was polled through its vtable");
 
     /* A dropped operation may be initialised again. */
     countdown_op_init(&op, 0, 9);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, 9);
 }
 
@@ -298,7 +299,7 @@ Test(future, finish_marks_the_operation_done_from_any_poll)
     cr_assert(rt_future_is_done(&op.future));
     cr_assert_eq(op.result, 3);
     rt_context cx = noop_context();
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, 3);
     cr_assert_eq(op.polls, 0);
     RT_DROP(&op);
@@ -330,7 +331,7 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x1234};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, NULL, &state, &task), 0);
     atomic_store(&target.watched, task);
 
     /* The gate is shut, so the task cannot have finished: the join must store
@@ -339,7 +340,7 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
     cr_assert_eq(join.task, task, "the join owns the handle");
-    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_PENDING);
     cr_assert_not(rt_future_is_done(&join.future));
     cr_assert_not(rt_task_is_finished(join.task));
 
@@ -351,13 +352,13 @@ Test(future, user_waker_polling_a_join_by_hand_is_woken_when_the_task_finishes)
 
     /* The READY join releases the handle, so the waker must stop looking at it. */
     atomic_store(&target.watched, NULL);
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.value, (void *)(uintptr_t)0x1234);
     cr_assert_eq(join.result, 0);
     cr_assert_null(join.task, "a finished join still names the handle it released");
     cr_assert(rt_future_is_done(&join.future));
     /* Finished: every later poll reports the same, and a drop changes nothing. */
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.result, 0);
     cr_assert_eq(join.value, (void *)(uintptr_t)0x1234);
     RT_DROP(&join);
@@ -378,20 +379,20 @@ Test(future, join_polled_with_a_second_user_waker_wakes_that_one_and_releases_th
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)77};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, NULL, &state, &task), 0);
 
     rt_context cx1 = rt_context_from_waker(make_counting_waker(&first));
     rt_context cx2 = rt_context_from_waker(make_counting_waker(&second));
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx1), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx1), RT_PENDING);
     /* A later poll with another waker replaces the one to wake, as a Rust
      * future must: only the most recent waker is guaranteed a wake-up. */
-    cr_assert_eq(RT_POLL(&join, &cx2), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx2), RT_PENDING);
 
     gate_open(&gate);
     cr_assert(event_wait_for(&second.woken, 1), "the most recent joiner waker was not woken");
-    cr_assert_eq(RT_POLL(&join, &cx2), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx2), RT_READY);
     cr_assert_eq(join.result, 0);
     cr_assert_eq(join.value, (void *)(uintptr_t)77);
 
@@ -409,20 +410,20 @@ Test(future, join_of_a_finished_task_is_ready_at_once_and_keeps_no_reference)
     rt_runtime *rt = new_runtime(1);
     struct gated_value state = {&gate, (void *)(uintptr_t)5};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, NULL, &state, &task), 0);
 
     /* Use one join poll only to learn, by its wake-up, that the task finished
      * before the join is polled again. */
     rt_context cx_waiting = rt_context_from_waker(make_counting_waker(&waiting));
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx_waiting), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx_waiting), RT_PENDING);
     gate_open(&gate);
     cr_assert(event_wait_for(&waiting.woken, 1));
     cr_assert(rt_task_is_finished(join.task));
 
     rt_context cx_late = rt_context_from_waker(make_counting_waker(&late));
-    cr_assert_eq(RT_POLL(&join, &cx_late), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx_late), RT_READY);
     cr_assert_eq(join.value, (void *)(uintptr_t)5);
     cr_assert_eq(join.result, 0);
     cr_assert_eq(counting_outstanding(&late), 0,

@@ -116,7 +116,7 @@ struct closer_report {
 struct closer {
     rt_coro co;
     rt_group *g;
-    rt_group_wait w;
+    rt_group_join w;
     int k;
     struct closer_report *r;
 };
@@ -133,7 +133,7 @@ static rt_poll closer_poll(void *state, rt_context *cx, void **out)
         if (s->r->spawn_rc != 0)
             RT_RETURN(&s->co, out, 0);
     }
-    RT_YIELD(&s->co, cx);
+    RT_CORO_YIELD(&s->co, cx);
     if (rt_group_close_init(&s->w, s->g) != 0)
         RT_RETURN(&s->co, out, 0);
     RT_AWAIT(&s->co, cx, &s->w);
@@ -406,13 +406,13 @@ Test(group, free_from_the_drop_of_an_aborted_owner_cancels_the_children_and_disp
     rt_runtime *rt = new_runtime(2);
     struct owner o = {NULL, false};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, owner_poll, owner_drop, &o, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, owner_poll, owner_drop, &o, &task), 0);
     cr_assert(event_wait_for(&owner_ready, 1));
     cr_assert_eq(atomic_load(&owner_errors), 0);
     cr_assert(event_wait_for(&child_polled, OWNER_FOREVER + OWNER_BOXES));
     cr_assert(event_wait_for(&child_dropped, OWNER_BOXES), "the boxed children did not finish");
 
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(atomic_load(&owner_drops), 1);
     cr_assert(event_wait_for(&child_dropped, OWNER_FOREVER + OWNER_BOXES),
@@ -458,7 +458,7 @@ Test(group, shutdown_with_groups_in_flight_cancels_everything_and_leaks_nothing)
     }
     /* C: a task owning a group with three forever children and two boxes. */
     struct owner o = {NULL, false};
-    cr_assert_eq(RT_SPAWN(rt, owner_poll, owner_drop, &o, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, owner_poll, owner_drop, &o, NULL), 0);
     cr_assert(event_wait_for(&owner_ready, 1));
     cr_assert_eq(atomic_load(&owner_errors), 0);
     cr_assert(event_wait_for(&child_polled, 3 + 2 + OWNER_FOREVER + OWNER_BOXES));

@@ -211,14 +211,14 @@ Test(group, next_polled_by_hand_waits_for_a_running_child_and_wakes_its_waker)
     cr_assert_eq(rt_group_next_init(&op, g), 0);
     rt_context cx = hand_context();
     unsigned long seen = event_count(&hand_woken);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING,
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING,
                  "next is ready while its only child waits behind a shut gate");
     cr_assert_eq(rt_group_len(g), 1);
     gate_open(&gate);
     cr_assert(event_wait_for(&hand_woken, seen + 1), "the finishing child never woke next");
     for (;;) {
         seen = event_count(&hand_woken);
-        if (RT_POLL(&op, &cx) == RT_READY)
+        if (RT_POLL_OP(&op, &cx) == RT_READY)
             break;
         cr_assert(event_wait_for(&hand_woken, seen + 1));
     }
@@ -242,7 +242,7 @@ struct in_task_group {
     size_t failed;
 };
 
-/* Makes a group on rt_current() (rt NULL), asks it for a child (pending: it
+/* Makes a group on rt_current_runtime() (rt NULL), asks it for a child (pending: it
  * is empty but open) and for all of them (0 straight away), then frees it. */
 static rt_poll in_task_group_poll(void *state, rt_context *cx, void **out)
 {
@@ -254,14 +254,14 @@ static rt_poll in_task_group_poll(void *state, rt_context *cx, void **out)
         memset(&op, 0, sizeof op);
         s->next_rc = INT_MIN;
         if (rt_group_next_init(&op, g) == 0)
-            s->next_rc = RT_POLL(&op, cx) != RT_READY ? INT_MAX /* pending on an empty group */
-                                                      : (int)op.result;
+            s->next_rc = RT_POLL_OP(&op, cx) != RT_READY ? INT_MAX /* pending on an empty group */
+                                                         : (int)op.result;
         RT_DROP(&op);
-        rt_group_wait w;
+        rt_group_join w;
         memset(&w, 0, sizeof w);
         s->wait_rc = INT_MIN;
         if (rt_group_join_all_init(&w, g) == 0) {
-            if (RT_POLL(&w, cx) != RT_READY) {
+            if (RT_POLL_OP(&w, cx) != RT_READY) {
                 s->wait_rc = INT_MAX;
             } else {
                 s->wait_rc = (int)w.result;
@@ -290,7 +290,7 @@ Test(group, next_on_an_empty_group_waits_until_it_is_closed_and_join_all_is_read
     cr_assert_eq(hand_next(rt, g, 50 * MS, &res), -ECHILD, "with a timeout too, at once");
     rt_group_free(g);
 
-    /* The same from inside a task, with the group on rt_current(). */
+    /* The same from inside a task, with the group on rt_current_runtime(). */
     struct in_task_group s = {INT_MIN, INT_MIN, INT_MIN, 99};
     struct in_task_group *sp = &s;
     cr_assert_eq(block_on_status(rt, in_task_group_poll, NULL, &sp, sizeof sp, NULL), 0);
@@ -331,18 +331,18 @@ Test(group, bad_arguments_are_einval_and_spawn_nothing)
     cr_assert_eq(rt_group_next_init(NULL, g), -EINVAL);
     cr_assert_eq(rt_group_next_init(&op, NULL), -EINVAL);
     /* A failed init leaves the operation finished with its error. */
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -EINVAL);
-    rt_group_wait w;
+    rt_group_join w;
     memset(&w, 0, sizeof w);
     cr_assert_eq(rt_group_join_all_init(NULL, g), -EINVAL);
     cr_assert_eq(rt_group_join_all_init(&w, NULL), -EINVAL);
-    cr_assert_eq(RT_POLL(&w, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&w, &cx), RT_READY);
     cr_assert_eq(w.result, -EINVAL);
     memset(&w, 0, sizeof w);
     cr_assert_eq(rt_group_close_init(NULL, g), -EINVAL);
     cr_assert_eq(rt_group_close_init(&w, NULL), -EINVAL);
-    cr_assert_eq(RT_POLL(&w, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&w, &cx), RT_READY);
     cr_assert_eq(w.result, -EINVAL);
     /* Zero-initialised operations may be dropped. */
     memset(&op, 0, sizeof op);
@@ -606,12 +606,12 @@ Test(group, a_spawn_that_fails_wakes_an_owner_that_saw_its_child_counted)
     cr_assert_eq(pthread_create(&th, NULL, racing_spawner_thread, s), 0);
     rt_context cx = hand_context();
     int pending = 0;
-    rt_group_wait op;
+    rt_group_join op;
     for (;;) {
         memset(&op, 0, sizeof op);
         cr_assert_eq(rt_group_join_all_init(&op, g), 0);
         unsigned long seen = event_count(&hand_woken);
-        rt_poll r = RT_POLL(&op, &cx);
+        rt_poll r = RT_POLL_OP(&op, &cx);
         if (r == RT_PENDING) {
             pending++;
             cr_assert(event_wait_for_s(&hand_woken, seen + 1, 10),

@@ -107,7 +107,7 @@ Test(group, next_on_a_discarding_group_is_refused_at_its_init)
     cr_assert_eq(rt_group_next_init(&next, g), -EINVAL);
     cr_assert_eq(next.result, -EINVAL, "the refused next is not finished with its error");
     rt_context cx = hand_context();
-    cr_assert_eq(RT_POLL(&next, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&next, &cx), RT_READY);
     cr_assert_eq(next.child.id, 0, "the refused next handed out a child");
     size_t failed;
     cr_assert_eq(hand_wait(rt, g, false, -1, &failed, NULL), 0);
@@ -165,7 +165,7 @@ Test(group, a_next_waiting_on_an_empty_group_collects_a_child_spawned_later)
     cr_assert_eq(rt_group_next_init(&op, g), 0);
     rt_context cx = hand_context();
     unsigned long seen = event_count(&hand_woken);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING, "a next on an empty open group did not wait");
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING, "a next on an empty open group did not wait");
     cr_assert_not(rt_future_is_done(&op.future), "a waiting next reports itself finished");
 
     struct later_spawner s = {g, 0};
@@ -176,7 +176,7 @@ Test(group, a_next_waiting_on_an_empty_group_collects_a_child_spawned_later)
         cr_assert(event_wait_for(&hand_woken, seen + 1),
                   "the waiting next was not woken by the child spawned later");
         seen = event_count(&hand_woken);
-        if (RT_POLL(&op, &cx) == RT_READY)
+        if (RT_POLL_OP(&op, &cx) == RT_READY)
             break;
     }
     RT_DROP(&op);

@@ -165,7 +165,7 @@ static rt_poll opens_inside_poll(void *state, rt_context *cx, void **out)
 {
     struct opens_inside *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->rc = rt_io_open(NULL, s->fd, &s->io); /* NULL: rt_current() */
+    s->rc = rt_io_open(NULL, s->fd, &s->io); /* NULL: rt_current_runtime() */
     if (s->rc != 0)
         RT_RETURN(&s->co, out, (intptr_t)s->rc);
     rt_io_read_init(&s->rd, s->io, s->buf, sizeof s->buf);
@@ -218,7 +218,7 @@ static rt_poll close_waiter_poll(void *state, rt_context *cx, void **out)
     unsigned char byte;
     rt_io_read rd;
     rt_io_read_init(&rd, s->io, &byte, 1);
-    rt_poll p = RT_POLL(&rd, cx);
+    rt_poll p = RT_POLL_OP(&rd, cx);
     pthread_mutex_unlock(&close_mu);
     if (p == RT_PENDING) {
         event_signal(&close_waiter_pending);
@@ -237,7 +237,7 @@ Test(io, close_wakes_a_task_waiting_on_the_descriptor)
     cr_assert_eq(rt_io_open(rt, fds[0], &r), 0);
     struct close_waiter s = {r, 0};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, close_waiter_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, close_waiter_poll, NULL, &s, &task), 0);
     cr_assert(event_wait_for(&close_waiter_pending, 1));
     pthread_mutex_lock(&close_mu);
     close_done = true;
@@ -246,7 +246,7 @@ Test(io, close_wakes_a_task_waiting_on_the_descriptor)
     void *value = NULL;
     int rc = task_wait_status(task, 5 * SEC, &value);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
+        rt_task_cancel(task);
         (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         close(fds[1]);
         finish_runtime(rt, -1);
@@ -275,7 +275,7 @@ static rt_poll stuck_reader_poll(void *state, rt_context *cx, void **out)
     struct stuck_reader *s = state;
     RT_CORO_BEGIN(&s->co);
     rt_io_read_init(&s->rd, s->io, s->buf, sizeof s->buf);
-    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &stuck_pending));
+    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->rd, cx), &stuck_pending));
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
 }
@@ -310,8 +310,8 @@ Test(io, runtime_free_closes_its_own_descriptors_and_every_rt_io_still_open)
     /* Two tasks wait on descriptors the test never closes. */
     struct stuck_reader a = {.io = ios[0]};
     struct stuck_reader b = {.io = ios[6]};
-    cr_assert_eq(RT_SPAWN(rt, stuck_reader_poll, stuck_reader_drop, &a, NULL), 0);
-    cr_assert_eq(RT_SPAWN(rt, stuck_reader_poll, stuck_reader_drop, &b, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, stuck_reader_poll, stuck_reader_drop, &a, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, stuck_reader_poll, stuck_reader_drop, &b, NULL), 0);
     cr_assert(event_wait_for(&stuck_pending, 2));
     cr_assert_gt(count_fds(), before + 8);
     finish_runtime(rt, 2);

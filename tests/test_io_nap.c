@@ -82,7 +82,7 @@ static void start_nap_readers(rt_runtime *rt, int fds[NAP_PIPES][2], rt_io *ends
         make_pipe(fds[i]);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
         struct drain_reader r = {.io = ends[i], .each_byte = &nap_reads};
-        cr_assert_eq(RT_SPAWN(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
     }
 }
 
@@ -118,7 +118,7 @@ Test(io, a_worker_that_parks_ends_the_reactors_nap)
         struct nap_holder h = {
             .rt = rt, .io_events = m.reactor_io_events + NAP_PIPES, .naps = naps_before + 1};
         rt_task *holder = NULL;
-        cr_assert_eq(RT_SPAWN(rt, nap_holder_poll, NULL, &h, &holder), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, nap_holder_poll, NULL, &h, &holder), 0);
         for (int i = 0; i < NAP_PIPES; i++)
             cr_assert_eq(write(fds[i][1], "x", 1), 1);
         bytes += NAP_PIPES;
@@ -167,7 +167,7 @@ static rt_poll nap_spinner_poll(void *state, rt_context *cx, void **out)
     while (!atomic_load(s->stop)) {
         for (int64_t until = rt_now_ns() + 100000; rt_now_ns() < until;)
             ;
-        RT_YIELD(&s->co, cx);
+        RT_CORO_YIELD(&s->co, cx);
     }
     RT_RETURN(&s->co, out, NULL);
     RT_CORO_END(&s->co, out);
@@ -207,7 +207,7 @@ Test(io, naps_that_run_to_their_end_shrink_beside_a_worker_that_never_parks)
     atomic_store(&stop, false);
     struct nap_spinner sp = {.stop = &stop};
     rt_task *spinner = NULL;
-    cr_assert_eq(RT_SPAWN(rt, nap_spinner_poll, NULL, &sp, &spinner), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, nap_spinner_poll, NULL, &sp, &spinner), 0);
     rt_metrics before;
     cr_assert_eq(rt_metrics_read(rt, &before, sizeof before), 0);
     unsigned long bytes = event_count(&nap_reads);
@@ -264,7 +264,7 @@ Test(io, a_reactor_nap_of_zero_turns_naps_off)
     cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
     struct nap_holder h = {.rt = rt, .io_events = m.reactor_io_events + NAP_PIPES, .naps = 1};
     rt_task *holder = NULL;
-    cr_assert_eq(RT_SPAWN(rt, nap_holder_poll, NULL, &h, &holder), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, nap_holder_poll, NULL, &h, &holder), 0);
     for (int i = 0; i < NAP_PIPES; i++)
         cr_assert_eq(write(fds[i][1], "x", 1), 1);
     void *value = NULL;

@@ -66,7 +66,7 @@ Test(io, pipe_reader_waiting_on_an_empty_pipe_is_woken_by_a_foreign_thread_write
     unsigned char buf[16] = {0};
     struct one_read st = {.io = r, .len = sizeof buf, .buf = buf};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &st, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, one_read_poll, NULL, &st, &task), 0);
     cr_assert(event_wait_for(&reader_pending, 1), "the reader never waited");
 
     struct foreign_write f = {fds[1], "hello", 5, 0, 0};
@@ -106,7 +106,7 @@ static rt_poll readiness_poll(void *state, rt_context *cx, void **out)
         rt_io_writable_init(&s->op, s->io);
     else
         rt_io_readable_init(&s->op, s->io);
-    RT_AWAIT_POLL(&s->co, (s->polls++, note_pending(RT_POLL(&s->op, cx), &readiness_pending)));
+    RT_AWAIT_POLL(&s->co, (s->polls++, note_pending(RT_POLL_OP(&s->op, cx), &readiness_pending)));
     event_signal(&readiness_pending);
     RT_RETURN(&s->co, out, (uintptr_t)(s->op.result == 0 ? s->polls : 0));
     RT_CORO_END(&s->co, out);
@@ -157,7 +157,7 @@ static size_t drain_nonblocking(int fd)
 static bool readiness_waits(rt_runtime *rt, struct readiness *st, rt_task **task)
 {
     unsigned long seen = event_count(&readiness_pending);
-    cr_assert_eq(RT_SPAWN(rt, readiness_poll, NULL, st, task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, readiness_poll, NULL, st, task), 0);
     /* readiness_poll signals on its pending poll and when it finishes. */
     cr_assert(event_wait_for(&readiness_pending, seen + 1),
               "the readiness task neither waited nor finished");
@@ -260,11 +260,11 @@ static rt_poll duplex_side_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     if (s->writer) {
         rt_io_write_init(&s->wr, s->io, "W", 1);
-        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->wr, cx), &duplex_pending));
+        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->wr, cx), &duplex_pending));
         s->result = (ssize_t)s->wr.result;
     } else {
         rt_io_read_init(&s->rd, s->io, s->buf, sizeof s->buf);
-        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &duplex_pending));
+        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->rd, cx), &duplex_pending));
         s->result = (ssize_t)s->rd.result;
     }
     RT_RETURN(&s->co, out, (intptr_t)s->result);
@@ -287,8 +287,8 @@ Test(io, one_socket_waited_on_for_reading_and_writing_by_two_tasks_wakes_each_di
     struct duplex_side reader = {.io = io, .writer = false};
     struct duplex_side writer = {.io = io, .writer = true};
     rt_task *rtask = NULL, *wtask = NULL;
-    cr_assert_eq(RT_SPAWN(rt, duplex_side_poll, NULL, &reader, &rtask), 0);
-    cr_assert_eq(RT_SPAWN(rt, duplex_side_poll, NULL, &writer, &wtask), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, duplex_side_poll, NULL, &reader, &rtask), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, duplex_side_poll, NULL, &writer, &wtask), 0);
     cr_assert(event_wait_for(&duplex_pending, 2), "both sides should wait");
 
     /* The peer sends: only the reader can finish. */
@@ -340,7 +340,7 @@ static rt_poll eventfd_user_poll(void *state, rt_context *cx, void **out)
     struct eventfd_user *s = state;
     RT_CORO_BEGIN(&s->co);
     rt_io_read_init(&s->rd, s->io, &s->value, sizeof s->value);
-    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &eventfd_pending));
+    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->rd, cx), &eventfd_pending));
     s->results[0] = (ssize_t)s->rd.result;
     s->first = s->value;
     s->value = 5;
@@ -377,7 +377,7 @@ Test(io, eventfd_read_waits_for_a_foreign_write_and_round_trips_values)
     memset(&s, 0, sizeof s);
     s.io = io;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, eventfd_outer_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, eventfd_outer_poll, NULL, &s, &task), 0);
     cr_assert(event_wait_for(&eventfd_pending, 1), "the eventfd read did not wait");
     uint64_t seven = 7;
     cr_assert_eq(write(efd, &seven, sizeof seven), (ssize_t)sizeof seven);
@@ -407,13 +407,13 @@ Test(io, read_polled_by_hand_from_a_foreign_thread_wakes_a_user_waker)
     unsigned char buf[4];
     rt_io_read rd;
     cr_assert_eq(rt_io_read_init(&rd, r, buf, sizeof buf), 0);
-    cr_assert_eq(RT_POLL(&rd, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&rd, &cx), RT_PENDING);
     cr_assert_eq(write(fds[1], "ab", 2), 2);
     cr_assert(event_wait_for(&cw.woken, 1), "the reactor never woke the user waker");
     rt_poll p = RT_PENDING;
     for (int round = 0; round < 100 && p == RT_PENDING; round++) {
         unsigned long seen = event_count(&cw.woken);
-        p = RT_POLL(&rd, &cx);
+        p = RT_POLL_OP(&rd, &cx);
         if (p == RT_PENDING)
             cr_assert(event_wait_for(&cw.woken, seen + 1));
     }
@@ -421,7 +421,7 @@ Test(io, read_polled_by_hand_from_a_foreign_thread_wakes_a_user_waker)
     cr_assert_eq(rd.result, 2);
     cr_assert_eq(memcmp(buf, "ab", 2), 0);
     /* Finished: a later poll reads nothing more and reports the same. */
-    cr_assert_eq(RT_POLL(&rd, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&rd, &cx), RT_READY);
     cr_assert_eq(rd.result, 2);
     cr_assert_eq(rt_io_close(r), 0);
     cr_assert_eq(rt_io_close(w), 0);
@@ -450,7 +450,7 @@ static rt_poll eos_reader_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     for (;;) {
         rt_io_read_init(&s->rd, s->io, s->buf + s->got, sizeof s->buf - s->got);
-        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->rd, cx), &eos_pending));
+        RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->rd, cx), &eos_pending));
         s->result = (ssize_t)s->rd.result;
         if (s->result <= 0)
             break;
@@ -479,7 +479,7 @@ Test(io, read_returns_0_once_the_write_end_is_closed)
     memset(&s, 0, sizeof s);
     s.io = r;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, eos_reader_poll, NULL, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, eos_reader_poll, NULL, &s, &task), 0);
     cr_assert(event_wait_for(&eos_pending, 1));
     cr_assert_eq(write(fds[1], "abc", 3), 3);
     /* Closed from this (foreign) thread while the reader may be waiting. */

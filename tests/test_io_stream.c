@@ -87,10 +87,10 @@ static void read_twice(int read_fd, const char *what, struct two_messages_result
     memset(r, 0, sizeof *r);
     struct two_messages s = {.io = io, .r = r};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, two_messages_poll, rt_coro_drop, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, two_messages_poll, rt_coro_drop, &s, &task), 0);
     rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
+        rt_task_cancel(task);
         task_wait_status(task, -1, NULL);
     }
     cr_assert_eq(rc, 0, "%s: the second read never returned (%s); the first read %zd bytes", what,
@@ -238,7 +238,7 @@ static rt_poll partial_writer_poll(void *state, rt_context *cx, void **out)
          * one on every poll is fine. */
         rt_io_write wr;
         rt_io_write_init(&wr, s->io, s->data + s->off, ask);
-        if (RT_POLL(&wr, cx) == RT_PENDING) {
+        if (RT_POLL_OP(&wr, cx) == RT_PENDING) {
             if (s->pendings++ == 0)
                 event_signal(&writer_blocked);
             return RT_PENDING;
@@ -289,7 +289,7 @@ Test(io, writer_filling_a_pipe_gets_partial_writes_then_pends_until_a_reader_dra
 
     struct partial_writer pw = {.io = w, .data = data};
     rt_task *writer = NULL;
-    cr_assert_eq(RT_SPAWN(rt, partial_writer_outer_poll, NULL, &pw, &writer), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, partial_writer_outer_poll, NULL, &pw, &writer), 0);
     cr_assert(event_wait_for(&writer_blocked, 1), "the writer never blocked on a full pipe");
     cr_assert(!rt_task_is_finished(writer));
 
@@ -299,7 +299,7 @@ Test(io, writer_filling_a_pipe_gets_partial_writes_then_pends_until_a_reader_dra
     cr.expected = PARTIAL_TOTAL;
     cr.chunk = 777;
     rt_task *reader = NULL;
-    cr_assert_eq(RT_SPAWN(rt, checking_reader_poll, NULL, &cr, &reader), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, checking_reader_poll, NULL, &cr, &reader), 0);
 
     void *value = NULL;
     cr_assert_eq(task_wait_status(writer, WAIT_DEADLINE_NS, NULL), 0, "the writer never finished");
@@ -378,7 +378,7 @@ static void run_big_transfer(rt_runtime *rt, size_t buffer_size, size_t chunk, b
 
     struct all_writer aw = {.io = w, .data = data, .len = BIG_TOTAL};
     rt_task *writer = NULL;
-    cr_assert_eq(RT_SPAWN(rt, all_writer_poll, rt_coro_drop, &aw, &writer), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, all_writer_poll, rt_coro_drop, &aw, &writer), 0);
 
     void *wv = NULL, *rv = NULL;
     cr_assert_eq(task_wait_status(writer, WAIT_DEADLINE_NS, &wv), 0, "the writer never finished");

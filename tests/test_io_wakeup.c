@@ -216,7 +216,7 @@ static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, lon
         struct byte_reader s;
         memset(&s, 0, sizeof s);
         s.pair = h;
-        cr_assert_eq(RT_SPAWN(rt, byte_reader_poll, rt_coro_drop, &s, &h->task), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, byte_reader_poll, rt_coro_drop, &s, &h->task), 0);
     }
     for (int p = 0; p < npairs; p++)
         cr_assert_eq(pthread_create(&pairs[p].thread, NULL, handoff_writer_main, &pairs[p]), 0);
@@ -230,7 +230,7 @@ static void run_handoffs(unsigned workers, enum handoff_via via, int npairs, lon
     for (int p = 0; p < npairs; p++) {
         struct handoff_pair *h = &pairs[p];
         if (h->lost_at >= 0)
-            rt_task_abort(h->task);
+            rt_task_cancel(h->task);
         void *value = NULL;
         int rc = task_wait_status(h->task, WAIT_DEADLINE_NS, &value);
         if (lost_pair < 0) {
@@ -349,7 +349,7 @@ Test(io, tight_loop_of_tiny_foreign_writes_reaches_the_reader_whole)
     void *value = NULL;
     int rc = task_wait_status(task, WAIT_DEADLINE_NS, &value);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
+        rt_task_cancel(task);
         (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         finish_runtime(rt, -1);
         cr_assert_fail("the reader never reached the end of stream: a lost wake-up");
@@ -377,7 +377,7 @@ Test(io, two_hundred_pipes_each_wake_their_own_reader)
         make_pipe(fds[i]);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &readers[i]), 0);
         struct one_read st = {.io = readers[i], .len = sizeof bufs[i], .buf = bufs[i]};
-        cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &st, &tasks[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, one_read_poll, NULL, &st, &tasks[i]), 0);
     }
     cr_assert(event_wait_for(&reader_pending, seen + MANY_PIPES), "not every reader waited");
     for (int k = 0; k < MANY_PIPES; k++) {
@@ -409,15 +409,15 @@ Test(io, aborting_a_waiting_reader_loses_no_bytes_and_the_next_reader_is_woken)
     struct one_read first = {.io = r, .len = sizeof first_buf, .buf = first_buf};
     rt_task *t1 = NULL;
     /* Its drop drops the waiting read. */
-    cr_assert_eq(RT_SPAWN(rt, one_read_poll, one_read_drop, &first, &t1), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, one_read_poll, one_read_drop, &first, &t1), 0);
     cr_assert(event_wait_for(&reader_pending, 1));
-    rt_task_abort(t1);
+    rt_task_cancel(t1);
     cr_assert_eq(task_wait_status(t1, WAIT_DEADLINE_NS, NULL), -ECANCELED);
 
     unsigned char second_buf[8] = {0};
     struct one_read second = {.io = r, .len = sizeof second_buf, .buf = second_buf};
     rt_task *t2 = NULL;
-    cr_assert_eq(RT_SPAWN(rt, one_read_poll, NULL, &second, &t2), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, one_read_poll, NULL, &second, &t2), 0);
     cr_assert(event_wait_for(&reader_pending, 2));
     cr_assert_eq(write(fds[1], "xyz", 3), 3);
     void *value = NULL;

@@ -294,7 +294,7 @@ static rt_poll local_sleeper_poll(void *state, rt_context *cx, void **out)
             cr_assert_eq(rt_sleep_init(&s->sleep, NULL, 200000), 0);
             s->armed = 1;
         }
-        if (RT_POLL(&s->sleep, cx) == RT_PENDING)
+        if (RT_POLL_OP(&s->sleep, cx) == RT_PENDING)
             return RT_PENDING;
         cr_assert_eq(s->sleep.result, 0);
         /* A finished sleep has released its timer: nothing to drop. */
@@ -433,9 +433,9 @@ static rt_poll cross_runtime_poll(void *state, rt_context *cx, void **out)
     opts.worker = 7;
     c->rc_bad_index = rt_spawn_ex(NULL, &opts, trivial_poll, counting_drop, NULL, 0, NULL);
     rt_task *h = NULL;
-    c->rc_local_own = rt_spawn_local(rt_current(), trivial_poll, NULL, NULL, 0, &h);
+    c->rc_local_own = rt_spawn_local(rt_current_runtime(), trivial_poll, NULL, NULL, 0, &h);
     if (c->rc_local_own == 0)
-        rt_task_detach(h);
+        rt_task_drop(h);
     *out = NULL;
     return RT_READY;
 }
@@ -585,12 +585,12 @@ Test(local, local_tasks_aborted_or_cancelled_at_shutdown_are_dropped_once)
     }
     cr_assert(event_wait_for(&local_polled, FOREVER_LOCAL));
     for (int i = 0; i < FOREVER_LOCAL / 2; i++) {
-        rt_task_abort(h[i]);
+        rt_task_cancel(h[i]);
         cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     }
     cr_assert_eq(atomic_load(&drops), FOREVER_LOCAL / 2);
     for (int i = FOREVER_LOCAL / 2; i < FOREVER_LOCAL; i++)
-        rt_task_detach(h[i]);
+        rt_task_drop(h[i]);
 
     struct local_spawner s = {&gates[FOREVER_LOCAL], {INT_MIN, INT_MIN}};
     struct local_spawner *sp = &s;

@@ -100,7 +100,7 @@ static struct greedy_report run_greedy(rt_runtime *rt)
     struct greedy_report r = {-1, 0, 0, 0, INT_MIN};
     struct greedy g = {&r, 0, false};
     rt_task *h = NULL;
-    cr_assert_eq(RT_SPAWN(rt, greedy_poll, NULL, &g, &h), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, greedy_poll, NULL, &g, &h), 0);
     cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(r.spawn_rc, 0);
     cr_assert(event_wait_for(&flag_event, 1), "the flag setter never ran");
@@ -177,11 +177,11 @@ Test(local, a_poll_completes_exactly_budget_operations_and_a_refused_leaf_woke_t
     struct budget_counter b;
     memset(&b, 0, sizeof b);
     rt_task *h = NULL;
-    cr_assert_eq(RT_SPAWN(rt, budget_counter_poll, NULL, &b, &h), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, budget_counter_poll, NULL, &b, &h), 0);
     void *value = NULL;
     int rc = task_wait_status(h, 10 * SEC, &value);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(h);
+        rt_task_cancel(h);
         cr_assert_eq(task_wait_status(h, WAIT_DEADLINE_NS, NULL), -ECANCELED);
         finish_runtime(rt, 0);
         cr_assert_fail("rt_coop_proceed returned false without waking the task");

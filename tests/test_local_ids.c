@@ -1,6 +1,6 @@
 /* Black-box tests of task identity (asyncrt/task.h): ids unique and never 0
- * whoever spawns, rt_task_current_id in poll and drop, names copied at spawn
- * and cut at RT_TASK_NAME_MAX, rt_task_current_name, and rt_current_worker. */
+ * whoever spawns, rt_current_task_id in poll and drop, names copied at spawn
+ * and cut at RT_TASK_NAME_MAX, rt_current_task_name, and rt_current_worker. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -27,12 +27,12 @@ TestSuite(local, .timeout = 90, .fini = fail_on_leaks);
 
 /* ---- task ids --------------------------------------------------------------------- */
 
-/* Finishes with rt_task_current_id(). */
+/* Finishes with rt_current_task_id(). */
 static rt_poll report_id_poll(void *state, rt_context *cx, void **out)
 {
     (void)state;
     (void)cx;
-    *out = (void *)(uintptr_t)rt_task_current_id();
+    *out = (void *)(uintptr_t)rt_current_task_id();
     return RT_READY;
 }
 
@@ -59,7 +59,7 @@ struct id_thread {
 static void *id_thread(void *arg)
 {
     struct id_thread *t = arg;
-    t->outside = rt_task_current_id();
+    t->outside = rt_current_task_id();
     rt_task *h[ID_PER_THREAD];
     for (int i = 0; i < ID_PER_THREAD; i++) {
         if (rt_spawn(t->rt, report_id_poll, NULL, NULL, 0, &h[i]) != 0) {
@@ -95,7 +95,7 @@ static rt_poll id_parent_poll(void *state, rt_context *cx, void **out)
 {
     struct id_parent *p = state;
     RT_CORO_BEGIN(&p->co);
-    p->ids[ID_CHILDREN] = rt_task_current_id();
+    p->ids[ID_CHILDREN] = rt_current_task_id();
     for (p->k = 0; p->k < ID_CHILDREN; p->k++) {
         if (rt_spawn(NULL, report_id_poll, NULL, NULL, 0, &p->h[p->k]) != 0) {
             (*p->errors)++;
@@ -104,14 +104,14 @@ static rt_poll id_parent_poll(void *state, rt_context *cx, void **out)
         p->ids[p->k] = rt_task_id(p->h[p->k]);
     }
     /* Spawning does not change whose poll this is. */
-    if (rt_task_current_id() != p->ids[ID_CHILDREN])
+    if (rt_current_task_id() != p->ids[ID_CHILDREN])
         (*p->mismatches)++;
     for (p->k = 0; p->k < ID_CHILDREN; p->k++) {
         rt_task_join_init(&p->join, p->h[p->k]);
         RT_AWAIT(&p->co, cx, &p->join);
         if ((uint64_t)(uintptr_t)p->join.value != p->ids[p->k])
             (*p->mismatches)++;
-        if (rt_task_current_id() != p->ids[ID_CHILDREN])
+        if (rt_current_task_id() != p->ids[ID_CHILDREN])
             (*p->mismatches)++;
     }
     RT_RETURN(&p->co, out, 1);
@@ -120,7 +120,7 @@ static rt_poll id_parent_poll(void *state, rt_context *cx, void **out)
 
 Test(local, ids_are_unique_and_never_0_whoever_spawns)
 {
-    cr_assert_eq(rt_task_current_id(), 0, "the test thread runs no task");
+    cr_assert_eq(rt_current_task_id(), 0, "the test thread runs no task");
     rt_runtime *rt = new_runtime_budget(2, -1);
     static uint64_t all[ID_TOTAL];
     size_t n = 0;
@@ -146,10 +146,10 @@ Test(local, ids_are_unique_and_never_0_whoever_spawns)
     cr_assert_eq(mismatches, 0, "%d ids seen inside tasks differ from their handles'", mismatches);
     for (int t = 0; t < ID_THREADS; t++) {
         pthread_join(tids[t], NULL);
-        cr_assert_eq(threads[t].outside, 0, "rt_task_current_id on a foreign thread");
+        cr_assert_eq(threads[t].outside, 0, "rt_current_task_id on a foreign thread");
         cr_assert_eq(threads[t].errors, 0);
         cr_assert_eq(threads[t].mismatches, 0,
-                     "%d tasks saw another rt_task_current_id than rt_task_id of their handle",
+                     "%d tasks saw another rt_current_task_id than rt_task_id of their handle",
                      threads[t].mismatches);
         memcpy(&all[t * ID_PER_THREAD], threads[t].ids, sizeof threads[t].ids);
     }
@@ -167,7 +167,7 @@ Test(local, ids_are_unique_and_never_0_whoever_spawns)
     for (size_t i = 1; i < n; i++)
         cr_assert_neq(all[i], all[i - 1], "two tasks share the id %llu",
                       (unsigned long long)all[i]);
-    cr_assert_eq(rt_task_current_id(), 0);
+    cr_assert_eq(rt_current_task_id(), 0);
     finish_runtime(rt, 0);
 }
 
@@ -178,7 +178,7 @@ static atomic_int id_changed;
 static rt_poll id_probe_poll(void *state, rt_context *cx, void **out)
 {
     int *yields = state;
-    uint64_t id = rt_task_current_id();
+    uint64_t id = rt_current_task_id();
     uint64_t expected = 0;
     if (!atomic_compare_exchange_strong(&poll_id_seen, &expected, id) && expected != id)
         atomic_fetch_add(&id_changed, 1);
@@ -191,7 +191,7 @@ static rt_poll id_probe_poll(void *state, rt_context *cx, void **out)
 static void id_probe_drop(void *state)
 {
     (void)state;
-    atomic_store(&drop_id_seen, rt_task_current_id());
+    atomic_store(&drop_id_seen, rt_current_task_id());
 }
 
 Test(local, current_id_in_poll_and_drop_is_the_handles_id)
@@ -210,7 +210,7 @@ Test(local, current_id_in_poll_and_drop_is_the_handles_id)
     cr_assert_eq(atomic_load(&id_changed), 0, "the id changed between polls");
     cr_assert_eq(atomic_load(&drop_id_seen), id, "drop saw id %llu, the handle says %llu",
                  (unsigned long long)atomic_load(&drop_id_seen), (unsigned long long)id);
-    cr_assert_eq(rt_task_current_id(), 0);
+    cr_assert_eq(rt_current_task_id(), 0);
     finish_runtime(rt, 0);
 }
 
@@ -229,7 +229,7 @@ static void copy_name(char *dst, const char *name)
         snprintf(dst, 100, "[%s]", name);
 }
 
-/* Records rt_task_current_name() at two polls. */
+/* Records rt_current_task_name() at two polls. */
 struct name_probe {
     struct name_report *r;
     int polls;
@@ -238,7 +238,7 @@ struct name_probe {
 static rt_poll name_probe_poll(void *state, rt_context *cx, void **out)
 {
     struct name_probe *p = state;
-    copy_name(p->r->seen[p->polls], rt_task_current_name());
+    copy_name(p->r->seen[p->polls], rt_current_task_name());
     if (p->polls++ == 0)
         return rt_yield(cx);
     *out = NULL;
@@ -270,7 +270,7 @@ Test(local, names_are_copied_at_spawn_cut_at_the_maximum_and_null_when_absent)
     rt_spawn_options_init(&opts);
     cr_assert_null(opts.name);
     cr_assert_eq(opts.worker, RT_WORKER_ANY);
-    cr_assert_null(rt_task_current_name(), "the test thread runs no task");
+    cr_assert_null(rt_current_task_name(), "the test thread runs no task");
     cr_assert_eq(rt_current_worker(), -1);
 
     rt_runtime *rt = new_runtime_budget(2, -1);
@@ -341,6 +341,6 @@ Test(local, names_are_copied_at_spawn_cut_at_the_maximum_and_null_when_absent)
     rt_task *all[] = {alpha, cut, whole, unnamed, no_opts, named_local};
     for (int i = 0; i < 6; i++)
         cr_assert_eq(task_wait_status(all[i], WAIT_DEADLINE_NS, NULL), 0);
-    cr_assert_null(rt_task_current_name());
+    cr_assert_null(rt_current_task_name());
     finish_runtime(rt, 0);
 }

@@ -106,7 +106,7 @@ Test(metrics, totals_after_shutdown_are_exact)
         cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &aborted[i]), 0);
     cr_assert(event_wait_for(&polled, ABORTED_TASKS));
     for (int i = 0; i < ABORTED_TASKS; i++) {
-        rt_task_abort(aborted[i]);
+        rt_task_cancel(aborted[i]);
         cr_assert_eq(task_wait_status(aborted[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     }
     /* Every aborted task is dropped before shutdown, so shutdown itself

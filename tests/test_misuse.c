@@ -122,9 +122,9 @@ Test(misuse, a_channel_sender_released_twice_is_reported_and_the_end_still_arriv
     cr_assert_neq(seen.task_id, 0, "the report names the task that made the call");
     /* The receiver still gets the value, then the end of the stream. */
     void *v = NULL;
-    cr_assert_eq(rt_chan_recv_blocking(ch, 200 * MS, &v), 0);
+    cr_assert_eq(rt_chan_recv_wait(ch, 200 * MS, &v), 0);
     cr_assert_eq(v, (void *)1);
-    cr_assert_eq(rt_chan_recv_blocking(ch, 200 * MS, &v), -EPIPE);
+    cr_assert_eq(rt_chan_recv_wait(ch, 200 * MS, &v), -EPIPE);
     /* Off the workers the report is one line on standard error. */
     const char *text = stderr_of(drop_sender, ch);
     cr_assert(strstr(text, "asyncrt: misuse: rt_chan_sender_drop(") != NULL, "%s", text);
@@ -256,9 +256,9 @@ Test(misuse, a_join_handle_released_twice_is_reported_while_its_task_lives)
     cr_assert_eq(rt_spawn(rt, never_poll, NULL, NULL, 0, &t), 0);
     cr_assert(event_wait_for(&polled, 1));
     /* The registry keeps the unfinished task allocated. */
-    rt_task_detach(t);
-    const char *text = stderr_of((void (*)(void *))rt_task_detach, t);
-    cr_assert(strstr(text, "asyncrt: misuse: rt_task_detach(") != NULL, "%s", text);
+    rt_task_drop(t);
+    const char *text = stderr_of((void (*)(void *))rt_task_drop, t);
+    cr_assert(strstr(text, "asyncrt: misuse: rt_task_drop(") != NULL, "%s", text);
     cr_assert(strstr(text, "join handle was released already") != NULL, "%s", text);
     void *v = (void *)1;
     int status = 1;
@@ -308,8 +308,8 @@ static void mutex_unref_twice(void)
 {
     rt_mutex *m;
     if (rt_mutex_new(&m) == 0) {
-        rt_mutex_unref(m);
-        rt_mutex_unref(m);
+        rt_mutex_drop(m);
+        rt_mutex_drop(m);
     }
 }
 
@@ -317,8 +317,8 @@ static void semaphore_unref_twice(void)
 {
     rt_semaphore *s;
     if (rt_semaphore_new(1, &s) == 0) {
-        rt_semaphore_unref(s);
-        rt_semaphore_unref(s);
+        rt_semaphore_drop(s);
+        rt_semaphore_drop(s);
     }
 }
 
@@ -326,8 +326,8 @@ static void notify_unref_twice(void)
 {
     rt_notify *n;
     if (rt_notify_new(&n) == 0) {
-        rt_notify_unref(n);
-        rt_notify_unref(n);
+        rt_notify_drop(n);
+        rt_notify_drop(n);
     }
 }
 
@@ -350,7 +350,7 @@ static void handle_released_past_its_task(void)
     if (rt_spawn(rt, trivial_poll, NULL, NULL, 0, &t) == 0) {
         rt_task_wait(t, -1, NULL, NULL); /* releases the handle */
         rt_runtime_free(rt);             /* and the registry its reference */
-        rt_task_detach(t);
+        rt_task_drop(t);
     }
 }
 
@@ -369,17 +369,17 @@ static void expect_use_after_free(void (*fn)(void), const char *function)
 
 Test(misuse, a_heap_mutex_released_twice_is_a_use_after_free_asan_sees)
 {
-    expect_use_after_free(mutex_unref_twice, "rt_mutex_unref");
+    expect_use_after_free(mutex_unref_twice, "rt_mutex_drop");
 }
 
 Test(misuse, a_heap_semaphore_released_twice_is_a_use_after_free_asan_sees)
 {
-    expect_use_after_free(semaphore_unref_twice, "rt_semaphore_unref");
+    expect_use_after_free(semaphore_unref_twice, "rt_semaphore_drop");
 }
 
 Test(misuse, a_heap_notify_released_twice_is_a_use_after_free_asan_sees)
 {
-    expect_use_after_free(notify_unref_twice, "rt_notify_unref");
+    expect_use_after_free(notify_unref_twice, "rt_notify_drop");
 }
 
 Test(misuse, a_channel_released_past_its_last_reference_is_a_use_after_free_asan_sees)
@@ -389,5 +389,5 @@ Test(misuse, a_channel_released_past_its_last_reference_is_a_use_after_free_asan
 
 Test(misuse, a_join_handle_released_past_its_task_is_a_use_after_free_asan_sees)
 {
-    expect_use_after_free(handle_released_past_its_task, "rt_task_detach");
+    expect_use_after_free(handle_released_past_its_task, "rt_task_drop");
 }

@@ -167,7 +167,7 @@ Test(net, connect_drop_accepts_a_zero_initialised_or_never_polled_operation)
     cr_assert_eq(rt_tcp_connect_init(&op, NULL, (const struct sockaddr *)&addr, len), -EINVAL,
                  "NULL runtime outside a task");
     cr_assert_eq(op.result, -EINVAL);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -EINVAL);
     cr_assert_eq(rt_tcp_connect_init(&op, rt, NULL, len), -EINVAL, "NULL address");
     cr_assert_eq(rt_tcp_connect_init(&op, rt, (const struct sockaddr *)&addr, 0), -EINVAL,
@@ -262,11 +262,11 @@ static void connect_with_timeout_to_full_listener(int64_t timeout)
     c.addr_len = f.len;
     c.timeout = timeout;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, connector_poll, connector_drop, &c, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, connector_poll, connector_drop, &c, &task), 0);
     void *value = NULL;
     int rc = task_wait_status(task, 10 * SEC, &value);
     if (rc == -ETIMEDOUT) {
-        rt_task_abort(task);
+        rt_task_cancel(task);
         (void)task_wait_status(task, WAIT_DEADLINE_NS, NULL);
         full_listener_close(&f);
         finish_runtime(rt, -1);
@@ -318,9 +318,9 @@ Test(net, aborting_a_pending_connect_closes_its_half_open_socket)
     c.addr_len = f.len;
     c.timeout = 0; /* no limit: only the abort ends it */
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, connector_poll, connector_drop, &c, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, connector_poll, connector_drop, &c, &task), 0);
     bool pending = event_wait_for_s(&connector_pending, 1, 10);
-    rt_task_abort(task);
+    rt_task_cancel(task);
     int rc = task_wait_status(task, WAIT_DEADLINE_NS, NULL);
     if (pending)
         cr_assert(rc == -ECANCELED || rc == 0, "wait: %s", rt_strerror(rc));
@@ -399,7 +399,7 @@ static rt_poll pipe_breaker_poll(void *state, rt_context *cx, void **out)
         }
         if (s->result < 0)
             RT_RETURN(&s->co, out, (intptr_t)s->result);
-        RT_YIELD(&s->co, cx); /* let the RST arrive */
+        RT_CORO_YIELD(&s->co, cx); /* let the RST arrive */
     }
     RT_RETURN(&s->co, out, (intptr_t)1);
     RT_CORO_END(&s->co, out);
@@ -548,9 +548,9 @@ Test(net, aborting_a_waiting_accept_loses_no_connection)
     struct accept_once s = {.listener = l, .o = &first};
     rt_task *task = NULL;
     /* rt_coro_drop drops the waiting accept. */
-    cr_assert_eq(RT_SPAWN(rt, announcing_accept_poll, rt_coro_drop, &s, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, announcing_accept_poll, rt_coro_drop, &s, &task), 0);
     cr_assert(event_wait_for(&acceptor_pending, 1));
-    rt_task_abort(task);
+    rt_task_cancel(task);
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     int client = raw_connect(&addr, len);
     struct accept_out o = accept_one(rt, l);

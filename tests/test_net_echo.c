@@ -414,7 +414,7 @@ static rt_poll udp_receiver_poll(void *state, rt_context *cx, void **out)
     struct udp_receiver *s = state;
     RT_CORO_BEGIN(&s->co);
     rt_udp_recv_from_init(&s->op, s->io, s->buf, s->len);
-    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL(&s->op, cx), &udp_pending));
+    RT_AWAIT_POLL(&s->co, note_pending(RT_POLL_OP(&s->op, cx), &udp_pending));
     s->result = (ssize_t)s->op.result;
     s->from = s->op.from;
     s->from_len = s->op.from_len;
@@ -472,7 +472,7 @@ static rt_task *udp_spawn_receiver(rt_runtime *rt, rt_io *io, size_t len)
     s.io = io;
     s.len = len;
     rt_task *t = NULL;
-    cr_assert_eq(RT_SPAWN(rt, udp_receiver_poll, NULL, &s, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, udp_receiver_poll, NULL, &s, &t), 0);
     return t;
 }
 

@@ -161,7 +161,7 @@ static rt_poll many_acceptor_poll(void *state, rt_context *cx, void **out)
         memset(&s, 0, sizeof s);
         s.conn = a->acc.conn;
         a->acc.conn = NULL;
-        int rc = RT_SPAWN(NULL, many_server_poll, many_server_drop, &s, NULL);
+        int rc = RT_SPAWN_STATE(NULL, many_server_poll, many_server_drop, &s, NULL);
         if (rc != 0) {
             rt_io_close(s.conn);
             many_fail(rc);
@@ -320,14 +320,14 @@ Test(net, ten_thousand_concurrent_connections_echo_through_one_runtime)
     memset(&a, 0, sizeof a);
     a.listener = l;
     rt_task *acceptor = NULL;
-    cr_assert_eq(RT_SPAWN(rt, many_acceptor_poll, rt_coro_drop, &a, &acceptor), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, many_acceptor_poll, rt_coro_drop, &a, &acceptor), 0);
 
     int64_t start = rt_now_ns();
     for (long i = 0; i < many_target; i++) {
         struct many_client c;
         memset(&c, 0, sizeof c);
         c.id = (int)i;
-        cr_assert_eq(RT_SPAWN(rt, many_client_poll, many_client_drop, &c, NULL), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, many_client_poll, many_client_drop, &c, NULL), 0);
         /* In batches, so the SYNs never overflow the listen queue. */
         if ((i + 1) % MANY_BATCH == 0)
             cr_assert(many_wait_connected(i + 1, 60), "only %ld of %ld clients connected",

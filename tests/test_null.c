@@ -150,10 +150,10 @@ static void check_no_context(rt_future *f, const char *what)
         memset(&z_, 0, sizeof z_);                                                                 \
         rt_context zcx_ = noop_context();                                                          \
         cr_assert_not(rt_future_is_done(&z_.future), "a zeroed " #type " is done");                \
-        cr_assert_eq(RT_POLL(&z_, &zcx_), RT_READY, "a zeroed " #type " waited");                  \
+        cr_assert_eq(RT_POLL_OP(&z_, &zcx_), RT_READY, "a zeroed " #type " waited");               \
         cr_assert_eq(z_.result, -EINVAL, "a zeroed " #type " gave %lld", (long long)z_.result);    \
         z_.result = 0;                                                                             \
-        cr_assert_eq(RT_POLL(&z_, NULL), RT_READY);                                                \
+        cr_assert_eq(RT_POLL_OP(&z_, NULL), RT_READY);                                             \
         cr_assert_eq(z_.result, -EINVAL);                                                          \
         RT_DROP(&z_);                                                                              \
         RT_DROP(&z_);                                                                              \
@@ -237,14 +237,14 @@ Test(null, future)
     probe_op_init(&op, true, 42);
     check_no_context(&op.future, "user operation");
     cr_assert_eq(op.polls, 0, "a poll without context reached the vtable");
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, 42);
     cr_assert_eq(op.polls, 1);
 
     /* And dropped unfinished after such a poll: "drop it as usual". */
     probe_op_init(&op, false, 0);
     check_no_context(&op.future, "pending user operation");
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING);
     RT_DROP(&op);
     cr_assert_eq(op.drops, 1);
     cr_assert_eq(op.result, -ECANCELED);
@@ -260,7 +260,7 @@ static rt_poll yielder_poll(void *state, rt_context *cx, void **out)
 {
     struct yielder *y = state;
     RT_CORO_BEGIN(&y->co);
-    RT_YIELD(&y->co, cx);
+    RT_CORO_YIELD(&y->co, cx);
     RT_RETURN(&y->co, out, (intptr_t)7);
     RT_CORO_END(&y->co, out);
 }
@@ -290,7 +290,7 @@ static void count_release(rt_guard *g)
 
 Test(null, coro)
 {
-    /* RT_YIELD with cx NULL wakes nothing and still suspends once. */
+    /* RT_CORO_YIELD with cx NULL wakes nothing and still suspends once. */
     struct yielder y = {{0}};
     void *out = NULL;
     cr_assert_eq(yielder_poll(&y, NULL, &out), RT_PENDING);
@@ -347,7 +347,7 @@ Test(null, runtime)
     cr_assert_eq(rt_runtime_shutdown(NULL), -EINVAL);
     cr_assert_eq(rt_runtime_free(NULL), 0);
     cr_assert_eq(rt_runtime_workers(NULL), 0);
-    cr_assert_null(rt_current());
+    cr_assert_null(rt_current_runtime());
 
     /* cfg NULL: the defaults. */
     rt_runtime *rt = NULL;
@@ -399,7 +399,7 @@ Test(null, task)
     cr_assert_eq(rt_spawn(rt, NULL, NULL, NULL, 0, &h), -EINVAL);
     cr_assert_eq(rt_spawn(rt, ready_poll, NULL, NULL, 8, &h), -EINVAL);
     struct typed_state *no_state = NULL;
-    cr_assert_eq(RT_SPAWN(rt, ready_poll, NULL, no_state, &h), -EINVAL);
+    cr_assert_eq(RT_SPAWN_STATE(rt, ready_poll, NULL, no_state, &h), -EINVAL);
     cr_assert_eq(rt_spawn_ex(NULL, NULL, ready_poll, NULL, NULL, 0, &h), -EINVAL);
     cr_assert_eq(rt_spawn_ex(rt, NULL, NULL, NULL, NULL, 0, &h), -EINVAL);
     cr_assert_eq(rt_spawn_ex(rt, NULL, ready_poll, NULL, NULL, 8, &h), -EINVAL);
@@ -436,7 +436,7 @@ Test(null, task)
     cr_assert_eq(rt_task_join_init(&j, h), 0);
     check_no_context(&j.future, "rt_task_join");
     cr_assert_eq(j.task, h, "a join polled without context released its handle");
-    POLL_UNTIL_READY(RT_POLL(&j, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&j, &cx));
     cr_assert_eq(j.result, 0);
     cr_assert_eq((intptr_t)j.value, 42);
     cr_assert_null(j.task);
@@ -449,8 +449,8 @@ Test(null, task)
     cr_assert_eq(j.result, -ECANCELED);
     cr_assert_null(j.task);
 
-    rt_task_detach(NULL);
-    rt_task_abort(NULL);
+    rt_task_drop(NULL);
+    rt_task_cancel(NULL);
     cr_assert_not(rt_task_is_finished(NULL));
     cr_assert_eq(rt_yield(NULL), RT_PENDING);
     rt_spawn_options_init(NULL);
@@ -503,7 +503,7 @@ Test(null, timer)
     cr_assert_eq(rt_sleep_init(&s, rt, 60000 * MS), 0);
     check_no_context(&s.future, "rt_sleep");
     cr_assert_null(s.timer, "a refused poll armed the timer");
-    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING); /* still a sleep */
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_PENDING); /* still a sleep */
     RT_DROP(&s);
     cr_assert_eq(s.result, -ECANCELED);
     rt_future_drop(NULL);
@@ -512,22 +512,26 @@ Test(null, timer)
      * refused. */
     cr_assert_eq(rt_sleep_init(&s, rt, 0), 0);
     check_no_context(&s.future, "rt_sleep (due)");
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
     cr_assert_eq(s.result, 0);
 
     rt_interval iv;
     cr_assert_eq(rt_interval_init(NULL, rt, MS), -EINVAL);
-    STALE(&iv);
-    cr_assert_eq(rt_interval_init(&iv, NULL, MS), -EINVAL);
-    check_refused(&iv.future, -EINVAL, "rt_interval_init(iv, NULL)");
-    STALE(&iv);
     cr_assert_eq(rt_interval_init(&iv, rt, 0), -EINVAL);
-    check_refused(&iv.future, -EINVAL, "rt_interval_init(iv, rt, 0)");
-    CHECK_ZEROED(rt_interval);
+    rt_interval_tick tick;
+    cr_assert_eq(rt_interval_tick_init(NULL, &iv), -EINVAL);
+    STALE(&tick);
+    cr_assert_eq(rt_interval_tick_init(&tick, NULL), -EINVAL);
+    check_refused(&tick.future, -EINVAL, "rt_interval_tick_init(tick, NULL)");
+    STALE(&tick);
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), -EINVAL);
+    check_refused(&tick.future, -EINVAL, "rt_interval_tick_init of a refused interval");
+    CHECK_ZEROED(rt_interval_tick);
     cr_assert_eq(rt_interval_init(&iv, rt, 60000 * MS), 0);
-    check_no_context(&iv.future, "rt_interval");
-    cr_assert_eq(RT_POLL(&iv, &cx), RT_PENDING);
-    RT_DROP(&iv);
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), 0);
+    check_no_context(&tick.future, "rt_interval_tick");
+    cr_assert_eq(RT_POLL_OP(&tick, &cx), RT_PENDING);
+    RT_DROP(&tick);
 
     finish_runtime(rt, 0);
 }
@@ -543,7 +547,7 @@ Test(null, combine)
 
     rt_timeout t;
     cr_assert_eq(rt_timeout_init(NULL, rt, &inner.future, MS), -EINVAL);
-    cr_assert_eq(rt_deadline_init(NULL, rt, &inner.future, 0), -EINVAL);
+    cr_assert_eq(rt_timeout_until_init(NULL, rt, &inner.future, 0), -EINVAL);
     STALE(&t);
     cr_assert_eq(rt_timeout_init(&t, rt, NULL, MS), -EINVAL);
     check_refused(&t.future, -EINVAL, "rt_timeout_init(t, rt, NULL)");
@@ -551,11 +555,11 @@ Test(null, combine)
     cr_assert_eq(rt_timeout_init(&t, NULL, &inner.future, MS), -EINVAL); /* no runtime here */
     check_refused(&t.future, -EINVAL, "rt_timeout_init(t, NULL, inner)");
     STALE(&t);
-    cr_assert_eq(rt_deadline_init(&t, rt, NULL, 0), -EINVAL);
-    check_refused(&t.future, -EINVAL, "rt_deadline_init(t, rt, NULL)");
+    cr_assert_eq(rt_timeout_until_init(&t, rt, NULL, 0), -EINVAL);
+    check_refused(&t.future, -EINVAL, "rt_timeout_until_init(t, rt, NULL)");
     STALE(&t);
-    cr_assert_eq(rt_deadline_init(&t, NULL, &inner.future, 0), -EINVAL);
-    check_refused(&t.future, -EINVAL, "rt_deadline_init(t, NULL, inner)");
+    cr_assert_eq(rt_timeout_until_init(&t, NULL, &inner.future, 0), -EINVAL);
+    check_refused(&t.future, -EINVAL, "rt_timeout_until_init(t, NULL, inner)");
     /* A refused timeout drops the operation it was given (nothing else
      * would), without polling it. */
     cr_assert_eq(inner.polls, 0, "a refused timeout polled its inner operation");
@@ -571,7 +575,7 @@ Test(null, combine)
     cr_assert_eq(inner.polls, 0, "a refused timeout polled its inner operation");
     cr_assert_eq(inner.drops, 0, "a refused timeout dropped its inner operation");
     cr_assert_not(rt_future_is_done(&inner.future));
-    cr_assert_eq(RT_POLL(&t, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&t, &cx), RT_PENDING);
     cr_assert_eq(inner.polls, 1);
     RT_DROP(&t);
     cr_assert_eq(inner.drops, 1, "dropping the timeout did not drop the inner operation");
@@ -580,12 +584,12 @@ Test(null, combine)
     /* Around an operation ready at once, and around a zeroed one. */
     probe_op_init(&inner, true, 42);
     cr_assert_eq(rt_timeout_init(&t, rt, &inner.future, 60000 * MS), 0);
-    cr_assert_eq(RT_POLL(&t, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&t, &cx), RT_READY);
     cr_assert_eq(t.result, 42);
     struct probe_op zeroed;
     memset(&zeroed, 0, sizeof zeroed);
-    cr_assert_eq(rt_deadline_init(&t, rt, &zeroed.future, rt_now_ns() + 60000 * MS), 0);
-    cr_assert_eq(RT_POLL(&t, &cx), RT_READY, "a timeout around a zeroed operation waited");
+    cr_assert_eq(rt_timeout_until_init(&t, rt, &zeroed.future, rt_now_ns() + 60000 * MS), 0);
+    cr_assert_eq(RT_POLL_OP(&t, &cx), RT_READY, "a timeout around a zeroed operation waited");
     cr_assert_eq(t.result, -EINVAL);
 
     /* Select. */
@@ -620,7 +624,7 @@ Test(null, combine)
     check_no_context(&sel.future, "rt_select");
     cr_assert_eq(a.polls + b.polls, 0, "a refused select polled its operations");
     cr_assert_eq(sel.index, sel.count, "a refused select named a winner");
-    cr_assert_eq(RT_POLL(&sel, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&sel, &cx), RT_PENDING);
     RT_DROP(&sel);
     cr_assert_eq(a.drops + b.drops, 2);
 
@@ -654,7 +658,7 @@ Test(null, combine)
     check_no_context(&ja.future, "rt_join_all");
     cr_assert_eq(a.polls + b.polls, 0, "a refused join_all polled its operations");
     cr_assert_eq(ja.done, 0);
-    cr_assert_eq(RT_POLL(&ja, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&ja, &cx), RT_PENDING);
     RT_DROP(&ja);
     cr_assert_eq(a.drops + b.drops, 2);
 
@@ -695,7 +699,7 @@ Test(null, io)
     RT_DROP(&ready);
     cr_assert_eq(rt_io_writable_init(&ready, w), 0);
     check_no_context(&ready.future, "rt_io_writable");
-    POLL_UNTIL_READY(RT_POLL(&ready, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&ready, &cx));
     cr_assert_eq(ready.result, 0);
 
     /* Writes: nothing is written by a refused one. */
@@ -735,7 +739,7 @@ Test(null, io)
 
     /* One byte in the pipe; the refused reads must leave it there. */
     cr_assert_eq(rt_io_write_init(&wr, w, &byte, 1), 0);
-    cr_assert_eq(RT_POLL(&wr, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&wr, &cx), RT_READY);
     cr_assert_eq(wr.result, 1);
     rt_io_read rd;
     cr_assert_eq(rt_io_read_init(NULL, r, &got, 1), -EINVAL);
@@ -751,10 +755,10 @@ Test(null, io)
     RT_DROP(&rd);
     /* buf NULL with len 0 is a valid empty read. */
     cr_assert_eq(rt_io_read_init(&rd, r, NULL, 0), 0);
-    cr_assert_eq(RT_POLL(&rd, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&rd, &cx), RT_READY);
     cr_assert_eq(rd.result, 0);
     cr_assert_eq(rt_io_read_init(&rd, r, &got, 1), 0);
-    cr_assert_eq(RT_POLL(&rd, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&rd, &cx), RT_READY);
     cr_assert_eq(rd.result, 1);
     cr_assert_eq(got, 'x');
 
@@ -809,7 +813,7 @@ Test(null, net)
     cr_assert_eq(rt_tcp_accept_init(&acc, listener), 0);
     /* The connection is queued, and a poll without context leaves it there. */
     check_no_context(&acc.future, "rt_tcp_accept");
-    POLL_UNTIL_READY(RT_POLL(&acc, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&acc, &cx));
     cr_assert_eq(acc.result, 0, "the accept failed: %s", rt_strerror((int)acc.result));
     cr_assert_not_null(acc.conn);
     cr_assert_gt(acc.peer_len, 0);
@@ -875,7 +879,7 @@ Test(null, net)
     RT_DROP(&snd);
     /* addr NULL on a socket without a peer: the kernel's answer. */
     cr_assert_eq(rt_udp_send_to_init(&snd, u, &byte, 1, NULL, 0), 0);
-    POLL_UNTIL_READY(RT_POLL(&snd, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&snd, &cx));
     cr_assert_eq(snd.result, -EDESTADDRREQ);
 
     char got = 0;
@@ -891,7 +895,7 @@ Test(null, net)
     cr_assert_eq(rt_udp_recv_from_init(&rcv, u, &got, 1), 0);
     check_no_context(&rcv.future, "rt_udp_recv_from");
     /* Nothing was sent by the refused sends (loopback delivers at once). */
-    cr_assert_eq(RT_POLL(&rcv, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&rcv, &cx), RT_PENDING);
     RT_DROP(&rcv);
 
     cr_assert_eq(rt_udp_connect(NULL, bsa, blen), -EINVAL);
@@ -899,15 +903,15 @@ Test(null, net)
     cr_assert_eq(rt_udp_connect(u, bsa, blen), 0);
     /* addr NULL: to the connected peer (itself here). */
     cr_assert_eq(rt_udp_send_to_init(&snd, u, &byte, 1, NULL, 0), 0);
-    POLL_UNTIL_READY(RT_POLL(&snd, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&snd, &cx));
     cr_assert_eq(snd.result, 1);
     /* The datagram stays queued through a receive polled without context. */
     rt_io_ready ready;
     cr_assert_eq(rt_io_readable_init(&ready, u), 0);
-    POLL_UNTIL_READY(RT_POLL(&ready, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&ready, &cx));
     cr_assert_eq(rt_udp_recv_from_init(&rcv, u, &got, 1), 0);
     check_no_context(&rcv.future, "rt_udp_recv_from (datagram queued)");
-    POLL_UNTIL_READY(RT_POLL(&rcv, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&rcv, &cx));
     cr_assert_eq(rcv.result, 1);
     cr_assert_eq(got, 'u');
     cr_assert_gt(rcv.from_len, 0);
@@ -922,86 +926,86 @@ Test(null, sync)
 {
     rt_context cx = noop_context();
 
-    rt_semaphore sem;
+    rt_semaphore *sem;
     rt_semaphore_acquire acq;
-    cr_assert_eq(rt_semaphore_init(NULL, 1), -EINVAL);
-    cr_assert_eq(rt_semaphore_init(&sem, 1), 0);
-    rt_semaphore_destroy(NULL);
     cr_assert_eq(rt_semaphore_new(1, NULL), -EINVAL);
-    cr_assert_null(rt_semaphore_ref(NULL));
-    rt_semaphore_unref(NULL);
+    cr_assert_eq(rt_semaphore_new(1, &sem), 0);
+    rt_semaphore_drop(NULL);
+    cr_assert_eq(rt_semaphore_new(1, NULL), -EINVAL);
+    cr_assert_null(rt_semaphore_clone(NULL));
+    rt_semaphore_drop(NULL);
     cr_assert_eq(rt_semaphore_release(NULL, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_try_acquire(NULL, 1), -EINVAL);
     cr_assert_eq(rt_semaphore_available(NULL), 0);
-    cr_assert_eq(rt_semaphore_acquire_init(NULL, &sem, 1), -EINVAL);
+    cr_assert_eq(rt_semaphore_acquire_init(NULL, sem, 1), -EINVAL);
     STALE(&acq);
     cr_assert_eq(rt_semaphore_acquire_init(&acq, NULL, 1), -EINVAL);
     check_refused(&acq.future, -EINVAL, "rt_semaphore_acquire_init(op, NULL)");
     STALE(&acq);
-    cr_assert_eq(rt_semaphore_acquire_init(&acq, &sem, 0), -EINVAL);
+    cr_assert_eq(rt_semaphore_acquire_init(&acq, sem, 0), -EINVAL);
     check_refused(&acq.future, -EINVAL, "rt_semaphore_acquire_init of 0 permits");
     CHECK_ZEROED(rt_semaphore_acquire);
-    cr_assert_eq(rt_semaphore_acquire_init(&acq, &sem, 1), 0);
+    cr_assert_eq(rt_semaphore_acquire_init(&acq, sem, 1), 0);
     check_no_context(&acq.future, "rt_semaphore_acquire");
-    cr_assert_eq(rt_semaphore_available(&sem), 1, "a poll without context took a permit");
-    cr_assert_eq(RT_POLL(&acq, &cx), RT_READY);
+    cr_assert_eq(rt_semaphore_available(sem), 1, "a poll without context took a permit");
+    cr_assert_eq(RT_POLL_OP(&acq, &cx), RT_READY);
     cr_assert_eq(acq.result, 0);
-    cr_assert_eq(rt_semaphore_available(&sem), 0);
+    cr_assert_eq(rt_semaphore_available(sem), 0);
     RT_DROP(&acq); /* finished: the permit stays the caller's */
-    cr_assert_eq(rt_semaphore_available(&sem), 0);
-    cr_assert_eq(rt_semaphore_acquire_blocking(NULL, 1, 0), -EINVAL);
-    cr_assert_eq(rt_semaphore_release(&sem, 1), 0);
-    rt_semaphore_destroy(&sem);
+    cr_assert_eq(rt_semaphore_available(sem), 0);
+    cr_assert_eq(rt_semaphore_acquire_wait(NULL, 1, 0), -EINVAL);
+    cr_assert_eq(rt_semaphore_release(sem, 1), 0);
+    rt_semaphore_drop(sem);
 
-    rt_mutex m;
+    rt_mutex *m;
     rt_mutex_lock lk;
-    cr_assert_eq(rt_mutex_init(NULL), -EINVAL);
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    rt_mutex_destroy(NULL);
     cr_assert_eq(rt_mutex_new(NULL), -EINVAL);
-    cr_assert_null(rt_mutex_ref(NULL));
-    rt_mutex_unref(NULL);
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    rt_mutex_drop(NULL);
+    cr_assert_eq(rt_mutex_new(NULL), -EINVAL);
+    cr_assert_null(rt_mutex_clone(NULL));
+    rt_mutex_drop(NULL);
     cr_assert_eq(rt_mutex_try_lock(NULL), -EINVAL);
     rt_mutex_unlock(NULL);
-    cr_assert_eq(rt_mutex_lock_init(NULL, &m), -EINVAL);
+    cr_assert_eq(rt_mutex_lock_init(NULL, m), -EINVAL);
     STALE(&lk);
     cr_assert_eq(rt_mutex_lock_init(&lk, NULL), -EINVAL);
     check_refused(&lk.future, -EINVAL, "rt_mutex_lock_init(op, NULL)");
     CHECK_ZEROED(rt_mutex_lock);
-    cr_assert_eq(rt_mutex_lock_init(&lk, &m), 0);
+    cr_assert_eq(rt_mutex_lock_init(&lk, m), 0);
     check_no_context(&lk.future, "rt_mutex_lock");
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "a poll without context took the lock");
-    rt_mutex_unlock(&m);
-    cr_assert_eq(RT_POLL(&lk, &cx), RT_READY);
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "a poll without context took the lock");
+    rt_mutex_unlock(m);
+    cr_assert_eq(RT_POLL_OP(&lk, &cx), RT_READY);
     cr_assert_eq(lk.result, 0);
     RT_DROP(&lk); /* finished: the lock stays the caller's */
-    cr_assert_eq(rt_mutex_try_lock(&m), -EBUSY);
-    rt_mutex_unlock(&m);
-    cr_assert_eq(rt_mutex_lock_blocking(NULL, 0), -EINVAL);
-    rt_mutex_destroy(&m);
+    cr_assert_eq(rt_mutex_try_lock(m), -EBUSY);
+    rt_mutex_unlock(m);
+    cr_assert_eq(rt_mutex_lock_wait(NULL, 0), -EINVAL);
+    rt_mutex_drop(m);
 
-    rt_notify n;
+    rt_notify *n;
     rt_notified wait;
-    cr_assert_eq(rt_notify_init(NULL), -EINVAL);
-    cr_assert_eq(rt_notify_init(&n), 0);
-    rt_notify_destroy(NULL);
     cr_assert_eq(rt_notify_new(NULL), -EINVAL);
-    cr_assert_null(rt_notify_ref(NULL));
-    rt_notify_unref(NULL);
+    cr_assert_eq(rt_notify_new(&n), 0);
+    rt_notify_drop(NULL);
+    cr_assert_eq(rt_notify_new(NULL), -EINVAL);
+    cr_assert_null(rt_notify_clone(NULL));
+    rt_notify_drop(NULL);
     rt_notify_one(NULL);
     rt_notify_all(NULL);
-    cr_assert_eq(rt_notified_init(NULL, &n), -EINVAL);
+    cr_assert_eq(rt_notified_init(NULL, n), -EINVAL);
     STALE(&wait);
     cr_assert_eq(rt_notified_init(&wait, NULL), -EINVAL);
     check_refused(&wait.future, -EINVAL, "rt_notified_init(op, NULL)");
     CHECK_ZEROED(rt_notified);
-    cr_assert_eq(rt_notified_init(&wait, &n), 0);
-    rt_notify_one(&n); /* a stored permit */
+    cr_assert_eq(rt_notified_init(&wait, n), 0);
+    rt_notify_one(n); /* a stored permit */
     check_no_context(&wait.future, "rt_notified");
-    cr_assert_eq(RT_POLL(&wait, &cx), RT_READY, "a poll without context consumed the permit");
+    cr_assert_eq(RT_POLL_OP(&wait, &cx), RT_READY, "a poll without context consumed the permit");
     cr_assert_eq(wait.result, 0);
     RT_DROP(&wait);
-    rt_notify_destroy(&n);
+    rt_notify_drop(n);
 }
 
 /* ---- channel.h --------------------------------------------------------- */
@@ -1030,7 +1034,7 @@ Test(null, channel)
     RT_DROP(&orecv);
     cr_assert_eq(orecv.result, -ECANCELED);
     cr_assert_eq(rt_oneshot_try_recv(NULL, &v), -EINVAL);
-    cr_assert_eq(rt_oneshot_recv_blocking(NULL, 0, &v), -EINVAL);
+    cr_assert_eq(rt_oneshot_recv_wait(NULL, 0, &v), -EINVAL);
     /* The value is still there; value may be NULL. */
     cr_assert_eq(rt_oneshot_try_recv(o, NULL), 0);
     cr_assert_eq(rt_oneshot_try_recv(o, &v), -EALREADY);
@@ -1051,8 +1055,8 @@ Test(null, channel)
     cr_assert_eq(rt_chan_try_send(NULL, (void *)5), -EINVAL);
     cr_assert_eq(rt_chan_try_recv(NULL, &v), -EINVAL);
     cr_assert_eq(rt_chan_receiver_clone(NULL), -EINVAL);
-    cr_assert_eq(rt_chan_recv_blocking(NULL, 0, &v), -EINVAL);
-    cr_assert_eq(rt_chan_send_blocking(NULL, (void *)5, 0), -EINVAL);
+    cr_assert_eq(rt_chan_recv_wait(NULL, 0, &v), -EINVAL);
+    cr_assert_eq(rt_chan_send_wait(NULL, (void *)5, 0), -EINVAL);
 
     rt_chan_send op;
     cr_assert_eq(rt_chan_send_init(NULL, ch, (void *)5), -EINVAL);
@@ -1088,7 +1092,7 @@ Test(null, channel)
     cr_assert_eq(rt_chan_try_send(ch, (void *)7), 0);
     cr_assert_eq(rt_chan_recv_init(&rop, ch), 0);
     check_no_context(&rop.future, "rt_chan_recv");
-    cr_assert_eq(RT_POLL(&rop, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&rop, &cx), RT_READY);
     cr_assert_eq(rop.result, 0);
     cr_assert_eq(rop.value, (void *)7);
     rt_chan_sender_drop(ch);
@@ -1130,14 +1134,14 @@ Test(null, group)
     cr_assert_eq(rt_group_next_init(&next, g), 0);
     check_no_context(&next.future, "rt_group_next");
     cr_assert_eq(rt_group_len(g), 1, "a refused poll collected the child");
-    POLL_UNTIL_READY(RT_POLL(&next, &cx));
+    POLL_UNTIL_READY(RT_POLL_OP(&next, &cx));
     cr_assert_eq(next.result, 0);
     cr_assert_eq(next.child.status, 0);
     cr_assert_eq((intptr_t)next.child.value, 42);
     cr_assert_eq(rt_group_len(g), 0);
     RT_DROP(&next);
 
-    rt_group_wait wait;
+    rt_group_join wait;
     cr_assert_eq(rt_group_join_all_init(NULL, g), -EINVAL);
     STALE(&wait);
     cr_assert_eq(rt_group_join_all_init(&wait, NULL), -EINVAL);
@@ -1146,13 +1150,13 @@ Test(null, group)
     STALE(&wait);
     cr_assert_eq(rt_group_close_init(&wait, NULL), -EINVAL);
     check_refused(&wait.future, -EINVAL, "rt_group_close_init(op, NULL)");
-    CHECK_ZEROED(rt_group_wait);
+    CHECK_ZEROED(rt_group_join);
     cr_assert_eq(rt_group_join_all_init(&wait, g), 0);
     check_no_context(&wait.future, "rt_group_join_all");
     RT_DROP(&wait);
     cr_assert_eq(rt_group_close_init(&wait, g), 0);
     check_no_context(&wait.future, "rt_group_close");
-    cr_assert_eq(RT_POLL(&wait, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&wait, &cx), RT_READY);
     cr_assert_eq(wait.result, 0);
     cr_assert_eq(wait.failed, 0);
     RT_DROP(&wait);

@@ -24,7 +24,7 @@ struct runner {
     struct event *waiting; /* signalled when the wait is pending */
     rt_io_write_all wr;
     rt_io_read rd;
-    rt_process_wait exit;
+    rt_process_exited exit;
     char out[256];
     size_t got;
 };
@@ -56,8 +56,8 @@ static rt_poll runner_poll(void *state, rt_context *cx, void **out)
             break;
         r->got += (size_t)r->rd.result;
     }
-    rt_process_wait_init(&r->exit, r->child);
-    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL(&r->exit, cx), r->waiting));
+    rt_process_exited_init(&r->exit, r->child);
+    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL_OP(&r->exit, cx), r->waiting));
     cr_assert_eq(r->exit.result, 0);
     RT_RETURN(&r->co, out, (intptr_t)(r->exit.signal != 0 ? 1000 + r->exit.signal : r->exit.code));
     RT_CORO_END(&r->co, out);
@@ -77,7 +77,7 @@ static rt_task *start(rt_runtime *rt, const char *const *argv, int in, int outm,
     cr_assert_eq(rt_process_spawn(rt, &o, &r.child), 0, "spawning %s", argv[0]);
     cr_assert_gt(rt_process_pid(r.child), 0);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, runner_poll, runner_drop, &r, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, runner_poll, runner_drop, &r, &t), 0);
     return t;
 }
 
@@ -113,7 +113,7 @@ struct cat_check {
     rt_process *child;
     rt_io_write_all wr;
     rt_io_read rd;
-    rt_process_wait exit;
+    rt_process_exited exit;
     char out[64];
     size_t got;
 };
@@ -144,7 +144,7 @@ static rt_poll cat_check_poll(void *state, rt_context *cx, void **out)
         c->got += (size_t)c->rd.result;
     }
     cr_assert_str_eq(c->out, text);
-    rt_process_wait_init(&c->exit, c->child);
+    rt_process_exited_init(&c->exit, c->child);
     RT_AWAIT(&c->co, cx, &c->exit);
     cr_assert_eq(c->exit.result, 0);
     cr_assert_eq(c->exit.code, 0);
@@ -166,7 +166,7 @@ Test(process, cat_through_pipes_gives_back_its_input)
     cr_assert_not_null(rt_process_stdio(c.child, 1));
     cr_assert_null(rt_process_stdio(c.child, 2), "stderr is inherited");
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, cat_check_poll, cat_check_drop, &c, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, cat_check_poll, cat_check_drop, &c, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(count_fds(), fds);
     finish_runtime(rt, 0);
@@ -186,7 +186,7 @@ Test(process, environment_directory_and_descriptor_modes)
     struct runner r = {.waiting = &waiting};
     cr_assert_eq(rt_process_spawn(rt, &o, &r.child), 0);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, runner_poll, runner_drop, &r, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, runner_poll, runner_drop, &r, &t), 0);
     cr_assert_eq(finish(t), 0, "FOO and the directory as given");
     /* Each mode of descriptor 1, seen from the child. */
     const char *const probe[] = {"/bin/sh", "-c", "test -e /proc/self/fd/1", NULL};
@@ -227,7 +227,7 @@ Test(process, a_killed_child_reports_its_signal)
     rt_process *child = r.child;
     unsigned long seen = event_count(&waiting);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, runner_poll, runner_drop, &r, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, runner_poll, runner_drop, &r, &t), 0);
     cr_assert(event_wait_for(&waiting, seen + 1), "the wait never waited");
     cr_assert_eq(rt_process_kill(child, SIGTERM), 0);
     cr_assert_eq(finish(t), 1000 + SIGTERM);
@@ -264,8 +264,8 @@ Test(process, bad_programs_and_arguments_are_refused)
     cr_assert_eq(rt_process_kill(NULL, SIGTERM), -EINVAL);
     cr_assert_eq(rt_process_close_stdio(NULL, 0), -EINVAL);
     cr_assert_null(rt_process_stdio(NULL, 1));
-    rt_process_wait w;
-    cr_assert_eq(rt_process_wait_init(&w, NULL), -EINVAL);
+    rt_process_exited w;
+    cr_assert_eq(rt_process_exited_init(&w, NULL), -EINVAL);
     cr_assert_eq(w.result, -EINVAL);
     rt_process_free(NULL);
     cr_assert_eq(count_fds(), fds, "a refused spawn left a descriptor");
@@ -298,7 +298,7 @@ Test(process, no_zombie_when_the_waiting_task_is_aborted_or_shut_down)
     /* The task's state is its own: find the child through /proc instead of
      * the runner's copy. The task is aborted while it waits; its drop
      * kills and reaps the child. */
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(count_fds(), fds);
 
@@ -309,9 +309,9 @@ Test(process, no_zombie_when_the_waiting_task_is_aborted_or_shut_down)
     cr_assert_eq(rt_process_spawn(rt, &o, &r.child), 0);
     pid_t pid = rt_process_pid(r.child);
     seen = event_count(&waiting);
-    cr_assert_eq(RT_SPAWN(rt, runner_poll, runner_drop, &r, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, runner_poll, runner_drop, &r, &t), 0);
     cr_assert(event_wait_for(&waiting, seen + 1));
-    rt_task_detach(t);
+    rt_task_drop(t);
     shut_down(rt, 1); /* the runner's drop frees the process */
     assert_not_a_zombie(pid);
     cr_assert_eq(rt_runtime_free(rt), 0);

@@ -50,7 +50,7 @@ static rt_task *spawn_copier(rt_runtime *rt, rt_io *from, rt_io *to, int64_t *re
 {
     struct copier c = {.from = from, .to = to, .result = result, .write_failed = write_failed};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, copier_poll, copier_drop, &c, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, copier_poll, copier_drop, &c, &t), 0);
     return t;
 }
 
@@ -71,14 +71,14 @@ static rt_process *spawn_child(rt_runtime *rt, const char *const *argv, int in, 
 struct waiter {
     rt_coro co;
     rt_process *p;
-    rt_process_wait exit;
+    rt_process_exited exit;
 };
 
 static rt_poll waiter_poll(void *state, rt_context *cx, void **out)
 {
     struct waiter *w = state;
     RT_CORO_BEGIN(&w->co);
-    rt_process_wait_init(&w->exit, w->p);
+    rt_process_exited_init(&w->exit, w->p);
     RT_AWAIT(&w->co, cx, &w->exit);
     cr_assert_eq(w->exit.result, 0);
     RT_RETURN(&w->co, out, (intptr_t)(w->exit.signal != 0 ? 1000 + w->exit.signal : w->exit.code));

@@ -219,8 +219,8 @@ Test(resolve, a_lookup_dropped_while_queued_never_runs_and_gives_everything_back
     struct hand hd;
     hand_init(&hd);
     cr_assert_eq(rt_resolve_init(&op, rt, "asyncrt-held", "http", AF_UNSPEC, 0), 0);
-    cr_assert_eq(RT_POLL(&op, &hd.cx), RT_PENDING);
-    cr_assert_eq(RT_POLL(&op, &hd.cx), RT_PENDING, "still queued");
+    cr_assert_eq(RT_POLL_OP(&op, &hd.cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &hd.cx), RT_PENDING, "still queued");
     cr_assert_eq(metrics_of(rt).blocking_jobs, 2);
     RT_DROP(&op);
     cr_assert_eq(op.result, -ECANCELED);
@@ -264,7 +264,7 @@ Test(resolve, a_lookup_dropped_after_its_job_finished_frees_what_it_found)
     rt_context cx = event_context(&woken);
     static rt_resolve op;
     cr_assert_eq(rt_resolve_init(&op, rt, "localhost", "http", AF_UNSPEC, 0), 0);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING);
     event_signal(&open_gate);
     cr_assert_eq(task_wait_status(gate, WAIT_DEADLINE_NS, NULL), 0);
     /* The job found the addresses and let go of the record; the drop, last
@@ -289,8 +289,8 @@ Test(resolve, a_task_aborted_while_its_lookup_is_queued_leaks_nothing)
     cr_assert_eq(rt_resolve_connect_init(&conn, rt, "localhost", "80", AF_UNSPEC, 0), 0);
     rt_task *a = start_op(rt, &op.future, NULL);
     rt_task *b = start_op(rt, &conn.future, NULL);
-    rt_task_abort(a);
-    rt_task_abort(b);
+    rt_task_cancel(a);
+    rt_task_cancel(b);
     cr_assert_eq(task_wait_status(a, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(task_wait_status(b, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(op.result, -ECANCELED);
@@ -311,7 +311,7 @@ Test(resolve, shutdown_with_a_lookup_queued_cancels_it)
     cr_assert(event_wait_for(&gate_entered, 1));
     static rt_resolve op;
     cr_assert_eq(rt_resolve_init(&op, rt, "localhost", "http", AF_UNSPEC, 0), 0);
-    rt_task_detach(start_op(rt, &op.future, &lookup_dropped));
+    rt_task_drop(start_op(rt, &op.future, &lookup_dropped));
     rt_metrics m;
     finish_runtime_metrics(rt, 1, &m);
     cr_assert_eq(op.result, -ECANCELED);
@@ -330,16 +330,16 @@ Test(resolve, a_lookup_polled_by_hand_reports_eshutdown_after_a_shutdown)
     static rt_resolve op;
     rt_context cx = event_context(&woken);
     cr_assert_eq(rt_resolve_init(&op, rt, "localhost", "http", AF_UNSPEC, 0), 0);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_PENDING);
     rt_metrics m = shut_down(rt, 0);
     cr_assert_eq(m.blocking_abandoned, 0);
     cr_assert_eq(event_count(&woken), 1);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -ESHUTDOWN);
     cr_assert_null(op.addrs);
     /* A lookup started after the shutdown fails at its first poll. */
     cr_assert_eq(rt_resolve_init(&op, rt, "localhost", "http", AF_UNSPEC, 0), 0);
-    cr_assert_eq(RT_POLL(&op, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&op, &cx), RT_READY);
     cr_assert_eq(op.result, -ESHUTDOWN);
     finish_runtime(rt, 0); /* shut down already: frees it */
 }
@@ -360,7 +360,7 @@ Test(resolve, a_lookup_aborted_while_getaddrinfo_runs_is_over_at_once)
         cr_skip("the C library never opened HOSTALIASES: no lookup can be held");
     }
     /* The job is inside getaddrinfo, and stays there until the release. */
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(task_wait_status(t, 5 * SEC, NULL), -ECANCELED,
                  "the aborted lookup waited for getaddrinfo");
     cr_assert_eq(op.result, -ECANCELED);
@@ -382,7 +382,7 @@ Test(resolve, shutdown_with_a_lookup_running_waits_only_the_pool_deadline)
     rt_runtime *rt = runtime_with_pool(4, deadline);
     static rt_resolve op;
     cr_assert_eq(rt_resolve_init(&op, rt, "asyncrt-held", NULL, AF_UNSPEC, 0), 0);
-    rt_task_detach(start_op(rt, &op.future, NULL));
+    rt_task_drop(start_op(rt, &op.future, NULL));
     if (!held_wait(&h)) {
         held_release(&h);
         finish_runtime(rt, -1);

@@ -1,5 +1,5 @@
 /* Black-box tests of asyncrt/runtime.h and asyncrt/error.h: configuration,
- * creating and freeing runtimes, rt_current, rt_block_on, shutdown, the error
+ * creating and freeing runtimes, rt_current_runtime, rt_block_on, shutdown, the error
  * strings, and the promise that idle workers sleep without using CPU. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -108,7 +108,7 @@ static rt_poll current_poll(void *state, rt_context *cx, void **out)
 {
     (void)state;
     (void)cx;
-    *out = rt_current();
+    *out = rt_current_runtime();
     return RT_READY;
 }
 
@@ -286,20 +286,20 @@ Test(runtime, runtime_free_of_null_is_a_no_op)
     cr_assert_eq(rt_runtime_free(NULL), 0);
 }
 
-/* ---- rt_current and rt_block_on ------------------------------------------ */
+/* ---- rt_current_runtime and rt_block_on ------------------------------------------ */
 
 Test(runtime, current_is_null_outside_a_task_and_the_own_runtime_inside_one)
 {
-    cr_assert_null(rt_current());
+    cr_assert_null(rt_current_runtime());
     rt_runtime *a = new_runtime(2);
     rt_runtime *b = new_runtime(1);
-    cr_assert_null(rt_current(), "the creating thread is not a worker");
+    cr_assert_null(rt_current_runtime(), "the creating thread is not a worker");
     void *seen = NULL;
     cr_assert_eq(block_on_status(a, current_poll, NULL, NULL, 0, &seen), 0);
     cr_assert_eq(seen, (void *)a);
     cr_assert_eq(block_on_status(b, current_poll, NULL, NULL, 0, &seen), 0);
     cr_assert_eq(seen, (void *)b);
-    cr_assert_null(rt_current());
+    cr_assert_null(rt_current_runtime());
     finish_runtime(a, 0);
     finish_runtime(b, 0);
 }

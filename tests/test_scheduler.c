@@ -68,7 +68,7 @@ static rt_poll root_poll(void *state, rt_context *cx, void **out)
     uint32_t id = *(uint32_t *)state;
     for (uint32_t k = 0; k < CHILDREN_PER_ROOT; k++) {
         uint32_t child = ROOTS + id * CHILDREN_PER_ROOT + k;
-        rt_runtime *rt = (k % 2 == 0) ? rt_current() : NULL;
+        rt_runtime *rt = (k % 2 == 0) ? rt_current_runtime() : NULL;
         if (rt_spawn(rt, child_poll, NULL, &child, sizeof child, NULL) != 0)
             atomic_fetch_add(&spawn_failures, 1);
     }
@@ -299,7 +299,7 @@ Test(scheduler, no_wake_up_is_lost_while_workers_park_and_unpark)
     rt_task *players[2];
     for (unsigned i = 0; i < 2; i++) {
         struct player p = {i};
-        cr_assert_eq(RT_SPAWN(rt, player_poll, NULL, &p, &players[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, player_poll, NULL, &p, &players[i]), 0);
     }
     for (int round = 0; round < CHURN_ROUNDS; round++) {
         rt_task *t;
@@ -417,11 +417,11 @@ Test(scheduler, tasks_woken_by_workers_threads_and_aborts_at_once_are_polled_one
     static rt_task *handles[MESH_TASKS];
     for (uint32_t i = 0; i < MESH_TASKS; i++) {
         struct mesh_task m = {i, 0, i * 7919u + 1};
-        cr_assert_eq(RT_SPAWN(rt, mesh_poll, mesh_drop, &m, &handles[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, mesh_poll, mesh_drop, &m, &handles[i]), 0);
     }
     /* Abort every seventh task while the storm goes on. */
     for (uint32_t i = 0; i < MESH_TASKS; i += 7)
-        rt_task_abort(handles[i]);
+        rt_task_cancel(handles[i]);
     /* Tasks waiting for a wake are woken by the others and the threads; a
      * task whose partners all finished is woken by the threads. */
     int completed = 0, cancelled = 0;

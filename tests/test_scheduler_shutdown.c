@@ -358,7 +358,7 @@ Test(scheduler, join_wakers_are_dropped_exactly_once_when_joins_race_completion)
         rt_task_join join;
         cr_assert_eq(rt_task_join_init(&join, t), 0);
         rt_context cx1 = rt_context_from_waker(first);
-        if (RT_POLL(&join, &cx1) == RT_READY) {
+        if (RT_POLL_OP(&join, &cx1) == RT_READY) {
             cr_assert_eq(join.result, 0);
             cr_assert_eq((uintptr_t)join.value, (uintptr_t)i + 1);
             joined++;
@@ -374,7 +374,7 @@ Test(scheduler, join_wakers_are_dropped_exactly_once_when_joins_race_completion)
         /* Replace the stored waker (the task may complete meanwhile), then
          * wait for the result by polling. */
         rt_context cx2 = rt_context_from_waker(i % 3 == 1 ? second : first);
-        while (RT_POLL(&join, &cx2) != RT_READY)
+        while (RT_POLL_OP(&join, &cx2) != RT_READY)
             sched_yield();
         cr_assert_eq(join.result, 0);
         cr_assert_eq((uintptr_t)join.value, (uintptr_t)i + 1);

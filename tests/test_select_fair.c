@@ -46,7 +46,7 @@ static void count_wins(size_t arms, bool biased, unsigned *wins)
         rt_select sel;
         int rc = biased ? rt_select_biased_init(&sel, f, arms) : rt_select_init(&sel, f, arms);
         cr_assert_eq(rc, 0);
-        cr_assert_eq(RT_POLL(&sel, &cx), RT_READY);
+        cr_assert_eq(RT_POLL_OP(&sel, &cx), RT_READY);
         cr_assert_lt(sel.index, arms);
         wins[sel.index]++;
         for (size_t i = 0; i < arms; i++)
@@ -97,8 +97,8 @@ Test(select_fair, two_selects_interleaved_on_one_thread_stay_fair)
         ready_init(&b[1]);
         cr_assert_eq(rt_select_init(&sa, fa, 2), 0);
         cr_assert_eq(rt_select_init(&sb, fb, 2), 0);
-        cr_assert_eq(RT_POLL(&sa, &cx), RT_READY);
-        cr_assert_eq(RT_POLL(&sb, &cx), RT_READY);
+        cr_assert_eq(RT_POLL_OP(&sa, &cx), RT_READY);
+        cr_assert_eq(RT_POLL_OP(&sb, &cx), RT_READY);
         wins_a += sa.index == 0;
         wins_b += sb.index == 0;
     }

@@ -36,7 +36,7 @@ static rt_poll receiver_poll(void *state, rt_context *cx, void **out)
     struct receiver *r = state;
     RT_CORO_BEGIN(&r->co);
     rt_signal_recv_init(&r->recv, r->sig);
-    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL(&r->recv, cx), r->pending));
+    RT_AWAIT_POLL(&r->co, note_pending(RT_POLL_OP(&r->recv, cx), r->pending));
     RT_RETURN(&r->co, out, (intptr_t)r->recv.result);
     RT_CORO_END(&r->co, out);
 }
@@ -49,7 +49,7 @@ static rt_task *start_receiver(rt_runtime *rt, int signo)
     cr_assert_eq(rt_signal_new(rt, signo, &r.sig), 0);
     unsigned long seen = event_count(&pending);
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, receiver_poll, receiver_drop, &r, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, receiver_poll, receiver_drop, &r, &t), 0);
     cr_assert(event_wait_for(&pending, seen + 1));
     return t;
 }
@@ -79,7 +79,7 @@ static void run_op(rt_runtime *rt, rt_future *op)
 {
     struct await_op a = {.op = op};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, await_op_poll, rt_coro_drop, &a, &t), 0);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
 }
 
@@ -279,11 +279,11 @@ Test(signal, a_receiver_aborted_or_shut_down_while_waiting_leaves_nothing)
     rt_runtime *rt = new_runtime(2);
     int fds = count_fds();
     rt_task *t = start_receiver(rt, SIGUSR1);
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(count_fds(), fds, "the aborted receiver's drop freed its listener");
     rt_task *u = start_receiver(rt, SIGUSR1);
-    rt_task_detach(u);
+    rt_task_drop(u);
     /* A listener held by the test across the shutdown, freed after it. */
     rt_signal *held;
     cr_assert_eq(rt_signal_new(rt, SIGUSR2, &held), 0);

@@ -1,5 +1,5 @@
 /* Black-box tests of the reference-counted primitives (asyncrt/sync.h:
- * rt_mutex_new, rt_semaphore_new, rt_notify_new and their ref/unref): a
+ * rt_mutex_new, rt_semaphore_new, rt_notify_new and their clone and drop): a
  * primitive shared by the tasks a thread spawned outlives its creator and is
  * freed by whichever holder lets go last, whether the holders finish, are
  * aborted while they wait, or are cancelled by shutdown in any order. A
@@ -48,7 +48,7 @@ static rt_poll locker_poll(void *state, rt_context *cx, void **out)
                 cr_assert_eq(rt_mutex_lock_init(&l->op, l->m), 0);
                 l->armed = 1;
             }
-            if (RT_POLL(&l->op, cx) == RT_PENDING)
+            if (RT_POLL_OP(&l->op, cx) == RT_PENDING)
                 return RT_PENDING;
             cr_assert_eq(l->op.result, 0, "lock: %s", rt_strerror((int)l->op.result));
             RT_DROP(&l->op); /* after RT_READY: the lock stays held */
@@ -80,7 +80,7 @@ static void locker_drop(void *state)
     RT_DROP(&l->op);
     if (l->holding)
         rt_mutex_unlock(l->m);
-    rt_mutex_unref(l->m); /* after its operation: maybe the last reference */
+    rt_mutex_drop(l->m); /* after its operation: maybe the last reference */
 }
 
 Test(sync, a_shared_mutex_outlives_its_creator_and_the_last_holder_frees_it)
@@ -92,12 +92,12 @@ Test(sync, a_shared_mutex_outlives_its_creator_and_the_last_holder_frees_it)
     for (int i = 0; i < SHARED_TASKS; i++) {
         struct locker l;
         memset(&l, 0, sizeof l);
-        l.m = rt_mutex_ref(m);
+        l.m = rt_mutex_clone(m);
         l.rounds = SHARED_ROUNDS;
         cr_assert_eq(l.m, m);
         cr_assert_eq(rt_spawn(rt, locker_poll, locker_drop, &l, sizeof l, &h[i]), 0);
     }
-    rt_mutex_unref(m); /* the creator lets go first */
+    rt_mutex_drop(m); /* the creator lets go first */
     for (int i = 0; i < SHARED_TASKS; i++)
         cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(shared_counter, (long)SHARED_TASKS * SHARED_ROUNDS, "lost updates: %ld",
@@ -131,7 +131,8 @@ static rt_poll waiter_poll(void *state, rt_context *cx, void **out)
         else
             cr_assert_eq(rt_notified_init(&w->notified, w->n), 0);
     }
-    rt_poll r = w->kind == WAIT_SEMAPHORE ? RT_POLL(&w->acquire, cx) : RT_POLL(&w->notified, cx);
+    rt_poll r =
+        w->kind == WAIT_SEMAPHORE ? RT_POLL_OP(&w->acquire, cx) : RT_POLL_OP(&w->notified, cx);
     if (r == RT_PENDING) {
         event_signal(&waiter_waiting);
         return RT_PENDING;
@@ -145,8 +146,8 @@ static void waiter_drop(void *state)
     struct waiter *w = state;
     RT_DROP(&w->acquire);
     RT_DROP(&w->notified);
-    rt_semaphore_unref(w->sem);
-    rt_notify_unref(w->n);
+    rt_semaphore_drop(w->sem);
+    rt_notify_drop(w->n);
     event_signal(&waiter_dropped);
 }
 
@@ -165,13 +166,13 @@ static void spawn_waiters(rt_runtime *rt, rt_task **h)
         struct waiter w;
         memset(&w, 0, sizeof w);
         w.kind = i % 2 == 0 ? WAIT_SEMAPHORE : WAIT_NOTIFY;
-        w.sem = rt_semaphore_ref(sem);
-        w.n = rt_notify_ref(n);
+        w.sem = rt_semaphore_clone(sem);
+        w.n = rt_notify_clone(n);
         cr_assert_eq(rt_spawn(rt, waiter_poll, waiter_drop, &w, sizeof w, h ? &h[i] : NULL), 0);
     }
     cr_assert(event_wait_for(&waiter_waiting, WAITERS));
-    rt_semaphore_unref(sem);
-    rt_notify_unref(n);
+    rt_semaphore_drop(sem);
+    rt_notify_drop(n);
 }
 
 Test(sync, holders_aborted_while_they_wait_free_the_shared_primitives_once)
@@ -182,7 +183,7 @@ Test(sync, holders_aborted_while_they_wait_free_the_shared_primitives_once)
     /* Aborted in an order unrelated to their spawn: the drops release the
      * references in that order, and the last frees both primitives. */
     for (int i = 0; i < WAITERS; i++)
-        rt_task_abort(h[(i * 7) % WAITERS]);
+        rt_task_cancel(h[(i * 7) % WAITERS]);
     for (int i = 0; i < WAITERS; i++)
         cr_assert_eq(task_wait_status(h[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert_eq(event_count(&waiter_dropped), WAITERS);
@@ -199,7 +200,7 @@ Test(sync, shutdown_cancelling_every_holder_frees_the_shared_primitives_once)
 
 /* ---- edges ----------------------------------------------------------------------- */
 
-Test(sync, ref_and_unref_edges)
+Test(sync, clone_and_drop_edges)
 {
     cr_assert_eq(rt_mutex_new(NULL), -EINVAL);
     cr_assert_eq(rt_notify_new(NULL), -EINVAL);
@@ -207,29 +208,27 @@ Test(sync, ref_and_unref_edges)
     rt_semaphore *sem = (rt_semaphore *)1;
     cr_assert_eq(rt_semaphore_new(RT_SEMAPHORE_MAX + 1, &sem), -EINVAL);
     cr_assert_null(sem);
-    cr_assert_null(rt_mutex_ref(NULL));
-    cr_assert_null(rt_semaphore_ref(NULL));
-    cr_assert_null(rt_notify_ref(NULL));
-    rt_mutex_unref(NULL);
-    rt_semaphore_unref(NULL);
-    rt_notify_unref(NULL);
+    cr_assert_null(rt_mutex_clone(NULL));
+    cr_assert_null(rt_semaphore_clone(NULL));
+    cr_assert_null(rt_notify_clone(NULL));
+    rt_mutex_drop(NULL);
+    rt_semaphore_drop(NULL);
+    rt_notify_drop(NULL);
 
-    /* A primitive made by init is not the library's to free: ref and unref
-     * leave it alone (ASan would report a free of a stack object). */
-    rt_mutex m;
-    cr_assert_eq(rt_mutex_init(&m), 0);
-    cr_assert_eq(rt_mutex_ref(&m), &m);
-    rt_mutex_unref(&m);
-    rt_mutex_unref(&m);
-    cr_assert_eq(rt_mutex_try_lock(&m), 0, "the embedded mutex was touched");
-    rt_mutex_unlock(&m);
-    rt_mutex_destroy(&m);
+    /* A clone is the same object, counted: the first drop leaves it. */
+    rt_mutex *m;
+    cr_assert_eq(rt_mutex_new(&m), 0);
+    cr_assert_eq(rt_mutex_clone(m), m);
+    rt_mutex_drop(m);
+    cr_assert_eq(rt_mutex_try_lock(m), 0, "the clone's drop freed the mutex");
+    rt_mutex_unlock(m);
+    rt_mutex_drop(m);
 
-    /* A heap one works like any other, and its permits are its own. */
+    /* Its permits are its own, whoever holds the reference. */
     cr_assert_eq(rt_semaphore_new(3, &sem), 0);
     cr_assert_eq(rt_semaphore_available(sem), 3);
-    cr_assert_eq(rt_semaphore_try_acquire(rt_semaphore_ref(sem), 2), 0);
-    rt_semaphore_unref(sem);
+    cr_assert_eq(rt_semaphore_try_acquire(rt_semaphore_clone(sem), 2), 0);
+    rt_semaphore_drop(sem);
     cr_assert_eq(rt_semaphore_available(sem), 1, "the extra reference freed it early");
-    rt_semaphore_unref(sem);
+    rt_semaphore_drop(sem);
 }

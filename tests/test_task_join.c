@@ -112,8 +112,8 @@ Test(task, wait_returns_the_value_and_accepts_a_null_value_pointer)
     void *payload = (void *)(uintptr_t)0x5150;
     rt_task *with_value = NULL;
     rt_task *without_value = NULL;
-    cr_assert_eq(RT_SPAWN(rt, value_poll, counting_drop, &payload, &with_value), 0);
-    cr_assert_eq(RT_SPAWN(rt, value_poll, counting_drop, &payload, &without_value), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, value_poll, counting_drop, &payload, &with_value), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, value_poll, counting_drop, &payload, &without_value), 0);
     void *value = NULL;
     cr_assert_eq(task_wait_status(with_value, -1, &value), 0);
     cr_assert_eq(value, payload);
@@ -140,7 +140,7 @@ Test(task, wait_times_out_after_the_deadline_and_leaves_the_handle_valid)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x77};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
 
     void *value = (void *)(uintptr_t)1;
     cr_assert_eq(task_wait_status(task, 0, &value), -ETIMEDOUT, "a zero timeout must not block");
@@ -167,7 +167,7 @@ Test(task, wait_with_zero_timeout_on_a_finished_task_returns_its_value)
     rt_runtime *rt = new_runtime(1);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x99};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
 
     /* A join operation would take the handle over, so the finish is learnt
@@ -213,7 +213,7 @@ static rt_poll blocks_on_worker_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     {
         struct gated_value child = {s->gate, (void *)(uintptr_t)0xD1};
-        s->r->rc[0] = RT_SPAWN(NULL, gated_value_poll, NULL, &child, &s->child);
+        s->r->rc[0] = RT_SPAWN_STATE(NULL, gated_value_poll, NULL, &child, &s->child);
     }
     if (s->r->rc[0] != 0)
         RT_RETURN(&s->co, out, NULL);
@@ -221,7 +221,8 @@ static rt_poll blocks_on_worker_poll(void *state, rt_context *cx, void **out)
         void *value = NULL;
         s->r->rc[1] = task_wait_status(s->child, -1, &value);
         s->r->rc[2] = task_wait_status(s->child, 0, &value);
-        s->r->rc[3] = block_on_status(rt_current(), trivial_poll, block_on_drop, NULL, 0, &value);
+        s->r->rc[3] =
+            block_on_status(rt_current_runtime(), trivial_poll, block_on_drop, NULL, 0, &value);
         s->r->rc[4] = block_on_status(s->other_rt, trivial_poll, block_on_drop, NULL, 0, &value);
         s->r->rc[5] = task_wait_status(s->other_task, -1, &value);
     }
@@ -284,10 +285,10 @@ Test(task, detached_task_keeps_running_to_completion)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, NULL};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
-    rt_task_detach(task);
-    rt_task_detach(NULL);
+    rt_task_drop(task);
+    rt_task_drop(NULL);
 
     gate_open(&gate);
     cr_assert(event_wait_for(&dropped, 1), "a detached task did not run to completion");
@@ -309,7 +310,7 @@ Test(task, spawn_without_a_handle_and_detach_of_a_finished_task_release_everythi
     cr_assert(event_wait_for(&dropped, 2));
     /* Both have run; detaching the finished one releases its memory (the
      * sanitizer build reports a leak otherwise). */
-    rt_task_detach(task);
+    rt_task_drop(task);
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&polls), 2);
     cr_assert_eq(atomic_load(&drops), 2);
@@ -323,12 +324,12 @@ Test(task, abort_of_an_idle_task_drops_it_once_and_the_waiter_gets_ecanceled)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)1};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
 
     /* Any number of aborts, from any thread, is allowed. */
-    rt_task_abort(task);
-    rt_task_abort(task);
+    rt_task_cancel(task);
+    rt_task_cancel(task);
     cr_assert(event_wait_for(&dropped, 1), "an aborted idle task was never dropped");
     void *value = (void *)(uintptr_t)1;
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, &value), -ECANCELED);
@@ -353,7 +354,7 @@ Test(task, abort_of_a_task_that_stored_no_waker_still_cancels_it)
     rt_task *task = NULL;
     cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
-    rt_task_abort(task);
+    rt_task_cancel(task);
     /* Nobody will ever wake it, so the abort itself must get it cancelled. */
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&dropped, 1));
@@ -368,13 +369,13 @@ Test(task, abort_of_a_queued_task_drops_it_without_ever_polling_it)
     rt_runtime *rt = new_runtime(1);
     struct blocker *bp = &blocker;
     rt_task *blocking = NULL;
-    cr_assert_eq(RT_SPAWN(rt, blocker_poll, NULL, &bp, &blocking), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, blocker_poll, NULL, &bp, &blocking), 0);
     cr_assert(event_wait_for(&blocker.entered, 1));
 
     /* The only worker is busy, so the new task is still queued when aborted. */
     rt_task *task = NULL;
     cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &task), 0);
-    rt_task_abort(task);
+    rt_task_cancel(task);
     event_signal(&blocker.release);
 
     cr_assert_eq(task_wait_status(task, WAIT_DEADLINE_NS, NULL), -ECANCELED);
@@ -429,9 +430,9 @@ static void abort_in_poll_drop(void *state)
 static int abort_during_poll(rt_runtime *rt, struct abort_in_poll how, void **value)
 {
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, abort_in_poll_poll, abort_in_poll_drop, &how, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, abort_in_poll_poll, abort_in_poll_drop, &how, &task), 0);
     cr_assert(event_wait_for(&entered_poll, 1));
-    rt_task_abort(task);
+    rt_task_cancel(task);
     /* Let the other worker run something, in case the abort wrongly handed
      * the task to it. */
     run_probe(rt);
@@ -491,19 +492,19 @@ Test(task, is_finished_turns_true_when_the_task_finishes)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x42};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, NULL, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, NULL, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
     cr_assert_not(rt_task_is_finished(task), "a task behind a shut gate cannot be finished");
 
     rt_context cx = event_context(&joined);
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_PENDING);
     cr_assert_not(rt_task_is_finished(join.task));
     gate_open(&gate);
     cr_assert(event_wait_for(&joined, 1));
     cr_assert(rt_task_is_finished(join.task), "the joiner was woken but the task is not finished");
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.value, (void *)(uintptr_t)0x42);
     cr_assert_eq(join.result, 0);
     cr_assert_null(join.task, "the finished join kept the handle");
@@ -518,17 +519,17 @@ Test(task, abort_through_a_pending_join_cancels_the_task_and_the_join_reports_it
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0xBAD};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
 
     rt_context cx = event_context(&joined);
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
-    rt_task_abort(join.task);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_PENDING);
+    rt_task_cancel(join.task);
     cr_assert(event_wait_for(&joined, 1), "the joiner was not woken by the abort");
     cr_assert(event_wait_for(&dropped, 1));
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.result, -ECANCELED);
     cr_assert_null(join.value, "a cancelled join must report a NULL value");
     cr_assert_null(join.task);
@@ -546,18 +547,18 @@ Test(task, join_dropped_while_pending_detaches_and_the_task_runs_on)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0xD7};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     cr_assert(event_wait_for(&polled, 1));
 
     rt_context cx = event_context(&joined);
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_PENDING);
     RT_DROP(&join);
     cr_assert_eq(join.result, -ECANCELED);
     cr_assert_null(join.task, "a dropped join still names the handle");
     /* Dropped: polling it again reports the same, and waits for nothing. */
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.result, -ECANCELED);
 
     /* The task was detached, not aborted: it finishes normally, and the
@@ -580,21 +581,21 @@ Test(task, abort_of_a_finished_task_keeps_its_result)
     rt_runtime *rt = new_runtime(2);
     struct gated_value state = {&gate, (void *)(uintptr_t)0x1EF7};
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, gated_value_poll, counting_drop, &state, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_value_poll, counting_drop, &state, &task), 0);
     rt_context cx = event_context(&joined);
     rt_task_join join;
     cr_assert_eq(rt_task_join_init(&join, task), 0);
-    cr_assert_eq(RT_POLL(&join, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_PENDING);
     gate_open(&gate);
     cr_assert(event_wait_for(&joined, 1));
     cr_assert(rt_task_is_finished(join.task));
 
     /* The join still owns the handle (it has not been polled to the end),
      * and an abort through it is allowed. */
-    rt_task_abort(join.task);
-    rt_task_abort(join.task);
+    rt_task_cancel(join.task);
+    rt_task_cancel(join.task);
     cr_assert(rt_task_is_finished(join.task));
-    cr_assert_eq(RT_POLL(&join, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&join, &cx), RT_READY);
     cr_assert_eq(join.result, 0, "aborting a finished task changed its result to %lld",
                  (long long)join.result);
     cr_assert_eq(join.value, (void *)(uintptr_t)0x1EF7);
@@ -624,7 +625,7 @@ static rt_poll joiner_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&s->co);
     {
         struct gated_value child = {s->child_gate, (void *)(uintptr_t)0xC4};
-        s->spawn_rc = RT_SPAWN(NULL, gated_value_poll, counting_drop, &child, &s->child);
+        s->spawn_rc = RT_SPAWN_STATE(NULL, gated_value_poll, counting_drop, &child, &s->child);
     }
     if (s->spawn_rc != 0)
         RT_RETURN(&s->co, out, NULL);
@@ -657,9 +658,9 @@ Test(task, aborted_joiner_whose_drop_drops_the_join_leaves_the_child_running)
     state.child_gate = &child_gate;
     state.spawn_rc = -1;
     rt_task *joiner = NULL;
-    cr_assert_eq(RT_SPAWN(rt, joiner_poll, joiner_drop, &state, &joiner), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, joiner_poll, joiner_drop, &state, &joiner), 0);
     cr_assert(event_wait_for(&joiner_joining, 1));
-    rt_task_abort(joiner);
+    rt_task_cancel(joiner);
     cr_assert_eq(task_wait_status(joiner, WAIT_DEADLINE_NS, NULL), -ECANCELED);
     cr_assert(event_wait_for(&joiner_dropped, 1));
     cr_assert_eq(atomic_load(&drops), 0, "the child was dropped with its joiner");
@@ -683,7 +684,7 @@ Test(task, handles_stay_usable_after_the_runtime_is_freed)
     void *payload = (void *)(uintptr_t)0x55;
     rt_task *completed = NULL;
     rt_task *pending = NULL;
-    cr_assert_eq(RT_SPAWN(rt, value_poll, counting_drop, &payload, &completed), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, value_poll, counting_drop, &payload, &completed), 0);
     cr_assert_eq(rt_spawn(rt, never_poll, counting_drop, NULL, 0, &pending), 0);
     /* Both polled; the first one's drop shows it returned READY. */
     cr_assert(event_wait_for(&polled, 2));

@@ -56,7 +56,7 @@ static void *foreign_spawn_thread(void *arg)
     struct foreign_spawn *f = arg;
     void *payload = (void *)(uintptr_t)0xF00D;
     rt_task *task = NULL;
-    f->spawn_rc = RT_SPAWN(f->rt, value_poll, counting_drop, &payload, &task);
+    f->spawn_rc = RT_SPAWN_STATE(f->rt, value_poll, counting_drop, &payload, &task);
     if (f->spawn_rc == 0)
         f->wait_rc = task_wait_status(task, WAIT_DEADLINE_NS, &f->value);
     return NULL;
@@ -81,7 +81,7 @@ static rt_poll report_current_poll(void *state, rt_context *cx, void **out)
 {
     (void)state;
     (void)cx;
-    *out = rt_current();
+    *out = rt_current_runtime();
     return RT_READY;
 }
 
@@ -93,14 +93,15 @@ struct spawns_children {
     rt_task_join joins[2];
 };
 
-/* Spawns one child with rt_current() and one with a NULL runtime, and joins
+/* Spawns one child with rt_current_runtime() and one with a NULL runtime, and joins
  * both; each child reports the runtime it runs on. */
 static rt_poll spawns_children_poll(void *state, rt_context *cx, void **out)
 {
     struct spawns_children *s = state;
     RT_CORO_BEGIN(&s->co);
-    s->r->current[0] = rt_current();
-    s->r->rc[0] = rt_spawn(rt_current(), report_current_poll, NULL, NULL, 0, &s->explicit_child);
+    s->r->current[0] = rt_current_runtime();
+    s->r->rc[0] =
+        rt_spawn(rt_current_runtime(), report_current_poll, NULL, NULL, 0, &s->explicit_child);
     s->r->rc[1] = rt_spawn(NULL, report_current_poll, NULL, NULL, 0, &s->implicit_child);
     if (s->r->rc[0] != 0 || s->r->rc[1] != 0)
         RT_RETURN(&s->co, out, NULL);
@@ -127,7 +128,7 @@ Test(task, spawn_inside_a_task_with_the_current_or_a_null_runtime_runs_the_child
     state.r = &r;
     void *value = NULL;
     cr_assert_eq(block_on_status(rt, spawns_children_poll, NULL, &state, sizeof state, &value), 0);
-    cr_assert_eq(r.rc[0], 0, "spawn with rt_current(): %s", rt_strerror(r.rc[0]));
+    cr_assert_eq(r.rc[0], 0, "spawn with rt_current_runtime(): %s", rt_strerror(r.rc[0]));
     cr_assert_eq(r.rc[1], 0, "spawn with NULL: %s", rt_strerror(r.rc[1]));
     cr_assert_eq(value, (void *)(uintptr_t)1);
     cr_assert_eq(r.current[0], rt);
@@ -239,7 +240,7 @@ Test(task, state_is_copied_at_spawn_and_kept_at_one_address_until_the_drop)
     for (int i = 0; i < 16; i++)
         original.magic[i] = i * 7 + 1;
     rt_task *task = NULL;
-    cr_assert_eq(RT_SPAWN(rt, copied_state_poll, copied_state_drop, &original, &task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, copied_state_poll, copied_state_drop, &original, &task), 0);
     /* The caller owns the original bytes again as soon as rt_spawn returns. */
     memset(original.magic, 0xFF, sizeof original.magic);
 
@@ -393,7 +394,7 @@ Test(task, drop_runs_exactly_once_after_the_poll_that_returned_ready)
     rt_runtime *rt = new_runtime(2);
     int yields = 3;
     /* Detached from the start: only the drop tells us the task is done. */
-    cr_assert_eq(RT_SPAWN(rt, yields_three_times_poll, checks_ready_drop, &yields, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, yields_three_times_poll, checks_ready_drop, &yields, NULL), 0);
     cr_assert(event_wait_for(&dropped, 1), "the drop never ran");
     finish_runtime(rt, 0);
     cr_assert_eq(atomic_load(&drops), 1);

@@ -24,7 +24,7 @@ static rt_poll failer_poll(void *p, rt_context *cx, void **out)
 {
     struct failer *f = p;
     RT_CORO_BEGIN(&f->co);
-    RT_YIELD(&f->co, cx);
+    RT_CORO_YIELD(&f->co, cx);
     if (f->done != NULL)
         event_signal(f->done);
     if (f->value == 0)
@@ -45,7 +45,7 @@ static rt_poll gated_poll(void *p, rt_context *cx, void **out)
 static rt_task *spawn_gated(rt_runtime *rt, struct gate *g)
 {
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, gated_poll, NULL, &g, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, gated_poll, NULL, &g, &t), 0);
     return t;
 }
 
@@ -75,7 +75,7 @@ Test(task_status, rt_task_wait_reports_the_status_apart_from_its_own_errors)
      * -ETIMEDOUT itself and leaves the status alone. */
     struct failer f = {.status = -ETIMEDOUT};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, failer_poll, rt_coro_drop, &f, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, failer_poll, rt_coro_drop, &f, &t), 0);
     void *value = (void *)1;
     int status = 1;
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &value, &status), 0);
@@ -96,14 +96,14 @@ Test(task_status, rt_task_wait_reports_the_status_apart_from_its_own_errors)
 
     /* A value comes with the error when the task returns both. */
     struct failer both = {.status = -EPROTO, .value = 42};
-    cr_assert_eq(RT_SPAWN(rt, failer_poll, rt_coro_drop, &both, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, failer_poll, rt_coro_drop, &both, &t), 0);
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &value, &status), 0);
     cr_assert_eq(status, -EPROTO);
     cr_assert_eq(value, (void *)42);
 
     /* Aborted: -ECANCELED, also for a task that would have failed. */
     cr_assert_eq(rt_spawn(rt, never_poll, NULL, NULL, 0, &t), 0);
-    rt_task_abort(t);
+    rt_task_cancel(t);
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &value, &status), 0);
     cr_assert_eq(status, -ECANCELED);
     cr_assert_null(value);
@@ -115,7 +115,7 @@ Test(task_status, a_plain_poll_function_sets_its_status)
     rt_runtime *rt = new_runtime(1);
     struct plain_failer f = {.status = -ENOTCONN};
     rt_task *t;
-    cr_assert_eq(RT_SPAWN(rt, plain_failer_poll, NULL, &f, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, plain_failer_poll, NULL, &f, &t), 0);
     void *value;
     int status = 1;
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, &value, &status), 0);
@@ -125,7 +125,7 @@ Test(task_status, a_plain_poll_function_sets_its_status)
 
     /* A status of 0 finishes as a success. */
     f.status = 0;
-    cr_assert_eq(RT_SPAWN(rt, plain_failer_poll, NULL, &f, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, plain_failer_poll, NULL, &f, &t), 0);
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL, &status), 0);
     cr_assert_eq(status, 0);
 
@@ -140,7 +140,7 @@ Test(task_status, a_plain_poll_function_sets_its_status)
     cr_assert_eq(plain_failer_poll(&by_hand, &noop, &out), RT_READY);
     cr_assert_eq(plain_set_rc, -EINVAL, "a status set outside a task: %d", plain_set_rc);
     f.status = 5;
-    cr_assert_eq(RT_SPAWN(rt, plain_failer_poll, NULL, &f, &t), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, plain_failer_poll, NULL, &f, &t), 0);
     cr_assert_eq(rt_task_wait(t, WAIT_DEADLINE_NS, NULL, &status), 0);
     cr_assert_eq(plain_set_rc, -EINVAL, "a positive status was taken");
     cr_assert_eq(status, -EINTR, "the refused call replaced the status");
@@ -190,11 +190,11 @@ Test(task_status, joins_and_join_all_report_the_status)
     for (int i = 0; i < 3; i++) {
         struct failer f = {.status = statuses[i], .value = (uintptr_t)(10 + i)};
         rt_task *t;
-        cr_assert_eq(RT_SPAWN(rt, failer_poll, rt_coro_drop, &f, &t), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, failer_poll, rt_coro_drop, &f, &t), 0);
         cr_assert_eq(rt_task_join_init(&j.joins[i], t), 0);
     }
     struct failer f = {.status = -ENOSPC};
-    cr_assert_eq(RT_SPAWN(rt, failer_poll, rt_coro_drop, &f, &j.last_task), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, failer_poll, rt_coro_drop, &f, &j.last_task), 0);
     void *value = NULL;
     int status = 1;
     cr_assert_eq(rt_block_on(rt, joiner_poll, joiner_drop, &j, sizeof j, &value, &status), 0);
@@ -273,7 +273,7 @@ struct reaper {
     rt_coro co;
     rt_group *g;
     rt_group_next next;
-    rt_group_wait close;
+    rt_group_join close;
     int k;
     int statuses[3];
     uintptr_t values[3];
@@ -341,11 +341,11 @@ Test(task_status, groups_report_each_childs_status_and_count_failed_and_cancelle
                  0);
     cr_assert(event_wait_for(&done, 6), "the three children did not finish");
     cr_assert_eq(rt_group_spawn(g, NULL, never_poll, NULL, NULL, 0, NULL), 0);
-    rt_group_wait close;
+    rt_group_join close;
     cr_assert_eq(rt_group_close_init(&close, g), 0);
     struct event woken = EVENT_INIT;
     rt_context cx = event_context(&woken);
-    for (unsigned long seen = 0; RT_POLL(&close, &cx) == RT_PENDING; seen++)
+    for (unsigned long seen = 0; RT_POLL_OP(&close, &cx) == RT_PENDING; seen++)
         cr_assert(event_wait_for(&woken, seen + 1));
     cr_assert_eq(close.result, 0);
     cr_assert_eq(close.failed, 2, "failed: %zu", close.failed);
@@ -375,11 +375,11 @@ Test(task_status, a_discarding_group_counts_failed_and_cancelled_apart)
     for (int i = 0; i < 2; i++)
         cr_assert_eq(rt_group_spawn(g, NULL, never_poll, NULL, NULL, 0, NULL), 0);
     cr_assert(event_wait_for(&done, 4), "the four children did not finish");
-    rt_group_wait close;
+    rt_group_join close;
     cr_assert_eq(rt_group_close_init(&close, g), 0);
     struct event woken = EVENT_INIT;
     rt_context cx = event_context(&woken);
-    for (unsigned long seen = 0; RT_POLL(&close, &cx) == RT_PENDING; seen++)
+    for (unsigned long seen = 0; RT_POLL_OP(&close, &cx) == RT_PENDING; seen++)
         cr_assert(event_wait_for(&woken, seen + 1));
     cr_assert_eq(close.failed, 3, "failed: %zu", close.failed);
     cr_assert_eq(close.cancelled, 2, "cancelled: %zu", close.cancelled);
@@ -429,11 +429,11 @@ Test(task_status, a_child_failing_with_ecanceled_itself_has_its_result_disposed)
         struct own_cancel c = {.done = &done};
         cr_assert_eq(rt_group_spawn(g, NULL, own_cancel_poll, rt_coro_drop, &c, sizeof c, NULL), 0);
         cr_assert(event_wait_for(&done, 1));
-        rt_group_wait w;
+        rt_group_join w;
         cr_assert_eq(rt_group_join_all_init(&w, g), 0);
         struct event woken = EVENT_INIT;
         rt_context cx = event_context(&woken);
-        for (unsigned long seen = 0; RT_POLL(&w, &cx) == RT_PENDING; seen++)
+        for (unsigned long seen = 0; RT_POLL_OP(&w, &cx) == RT_PENDING; seen++)
             cr_assert(event_wait_for(&woken, seen + 1));
         cr_assert_eq(w.failed, 1, "discard %d: failed %zu", discard, w.failed);
         cr_assert_eq(w.cancelled, 0, "discard %d: cancelled %zu", discard, w.cancelled);

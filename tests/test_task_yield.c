@@ -303,7 +303,7 @@ Test(task, tasks_on_a_deque_buried_by_injected_batches_run_once_they_starve)
     static struct blocker parent = {EVENT_INIT, EVENT_INIT};
     rt_runtime *rt = new_runtime(1);
     struct blocker *bp = &parent;
-    cr_assert_eq(RT_SPAWN(rt, burying_parent_poll, NULL, &bp, NULL), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, burying_parent_poll, NULL, &bp, NULL), 0);
     cr_assert(event_wait_for(&parent.entered, 1));
     for (int i = 0; i < INJECTED_FILLERS; i++)
         cr_assert_eq(rt_spawn(rt, filler_poll, NULL, NULL, 0, NULL), 0);
@@ -416,7 +416,7 @@ Test(task, many_concurrent_wakes_of_an_idle_task_schedule_it_once)
      * storm runs: every wake lands on the same idle (then scheduled) task. */
     struct blocker *bp = &blocker;
     rt_task *blocking = NULL;
-    cr_assert_eq(RT_SPAWN(rt, blocker_poll, NULL, &bp, &blocking), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, blocker_poll, NULL, &bp, &blocking), 0);
     cr_assert(event_wait_for(&blocker.entered, 1));
 
     pthread_t threads[WAKER_THREADS];
@@ -485,7 +485,7 @@ static rt_poll partner_poll(void *state, rt_context *cx, void **out)
     if (p->me == 0 && !p->spawned_peer) {
         p->spawned_peer = true;
         struct partner peer = {1, false};
-        cr_assert_eq(RT_SPAWN(NULL, partner_poll, NULL, &peer, NULL), 0);
+        cr_assert_eq(RT_SPAWN_STATE(NULL, partner_poll, NULL, &peer, NULL), 0);
     } else {
         rt_waker_wake_by_ref(&pair_game.waker[1 - p->me]);
     }
@@ -503,7 +503,7 @@ static rt_poll starved_yielder_poll(void *state, rt_context *cx, void **out)
     if (!y->yielded) {
         y->yielded = true;
         struct partner first = {0, false};
-        cr_assert_eq(RT_SPAWN(NULL, partner_poll, NULL, &first, NULL), 0);
+        cr_assert_eq(RT_SPAWN_STATE(NULL, partner_poll, NULL, &first, NULL), 0);
         return rt_yield(cx);
     }
     pair_game.rounds_when_yielder_returned = pair_game.rounds;

@@ -53,7 +53,7 @@ static rt_poll ordered_sleeper_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&o->co);
     if (rt_sleep_until_init(&o->s, NULL, o->deadline) != 0)
         RT_RETURN(&o->co, out, (intptr_t)-1);
-    if (RT_POLL(&o->s, cx) == RT_PENDING) {
+    if (RT_POLL_OP(&o->s, cx) == RT_PENDING) {
         if (atomic_fetch_add(&ordered_armed, 1) + 1 == ORDERED_TASKS)
             event_signal(&ordered_all_armed);
         RT_AWAIT(&o->co, cx, &o->s);
@@ -85,7 +85,8 @@ Test(timer, thousand_sleeps_spaced_2ms_apart_complete_in_deadline_order)
     for (int k = 0; k < ORDERED_TASKS; k++) {
         int i = (int)(((long)k * 389) % ORDERED_TASKS); /* 389 is prime to 1000 */
         struct ordered_sleeper o = {.index = i, .deadline = base + (int64_t)i * ORDER_SPACING_NS};
-        cr_assert_eq(RT_SPAWN(rt, ordered_sleeper_poll, ordered_sleeper_drop, &o, &tasks[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, ordered_sleeper_poll, ordered_sleeper_drop, &o, &tasks[i]),
+                     0);
     }
     cr_assert(event_wait_for(&ordered_all_armed, 1));
     int64_t armed_at = rt_now_ns();
@@ -200,7 +201,7 @@ Test(timer, thousand_timers_spaced_2ms_apart_fire_in_deadline_order_on_the_react
         cr_assert_eq(rt_sleep_until_init(&sleeps[i], rt, base + (int64_t)i * ORDER_SPACING_NS), 0);
         rt_waker w = {&fire_vtable, &fire_records[i]};
         rt_context cx = rt_context_from_waker(w);
-        cr_assert_eq(RT_POLL(&sleeps[i], &cx), RT_PENDING);
+        cr_assert_eq(RT_POLL_OP(&sleeps[i], &cx), RT_PENDING);
     }
     cr_assert_lt(rt_now_ns(), base, "arming 1000 timers took longer than the lead");
     cr_assert(event_wait_for(&fire_all, ORDERED_TASKS), "only %ld of %d timers fired",
@@ -216,7 +217,7 @@ Test(timer, thousand_timers_spaced_2ms_apart_fire_in_deadline_order_on_the_react
             worst = fire_records[i].time - deadline;
         rt_waker w = {&fire_vtable, &fire_records[i]};
         rt_context cx = rt_context_from_waker(w);
-        cr_assert_eq(RT_POLL(&sleeps[i], &cx), RT_READY, "timer %d woke but pends", i);
+        cr_assert_eq(RT_POLL_OP(&sleeps[i], &cx), RT_READY, "timer %d woke but pends", i);
         cr_assert_eq(sleeps[i].result, 0);
         RT_DROP(&sleeps[i]);
     }
@@ -271,7 +272,7 @@ Test(timer, shutdown_with_1000_pending_sleeps_cancels_each_once_and_leaks_nothin
         /* Durations from 1 s to over an hour: several wheel levels. */
         int64_t d = SEC + (int64_t)i * 4 * SEC;
         struct pending_sleeper s = {.p = {.duration = d}, .index = i};
-        cr_assert_eq(RT_SPAWN(rt, pending_sleeper_poll, pending_sleeper_drop, &s, NULL), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, pending_sleeper_poll, pending_sleeper_drop, &s, NULL), 0);
     }
     cr_assert(event_wait_for(&pending_sleepers_all_waiting, 1), "only %d of %d tasks slept",
               atomic_load(&pending_sleepers_waiting), PENDING_SLEEPERS);
@@ -324,7 +325,7 @@ Test(timer, hundred_thousand_concurrent_sleeps_all_complete_and_none_early)
         /* Deadlines spread over 0.1 .. 1.1 s, in a scrambled order. */
         int64_t offset = (int64_t)((i * 7919) % 1000) * MS + (i % 997) * 1000;
         struct many_sleeper m = {.deadline = base + offset};
-        cr_assert_eq(RT_SPAWN(rt, many_sleeper_poll, rt_coro_drop, &m, NULL), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, many_sleeper_poll, rt_coro_drop, &m, NULL), 0);
     }
     bool done = event_wait_for_s(&many_all_done, 1, 90);
     cr_assert(done, "only %ld of %d sleeps completed", atomic_load(&many_done), MANY_SLEEPERS);

@@ -73,7 +73,7 @@ static void *race_thread_main(void *arg)
         int64_t duration = (int64_t)(rand_r(&th->seed) % 5) * 100000;
         rt_sleep s;
         rt_sleep_init(&s, th->rt, duration);
-        if (RT_POLL(&s, &first) == RT_READY) {
+        if (RT_POLL_OP(&s, &first) == RT_READY) {
             r->ready_at_once = true;
             RT_DROP(&s);
             continue;
@@ -84,15 +84,15 @@ static void *race_thread_main(void *arg)
             int64_t until = s.deadline_ns + (int64_t)(rand_r(&th->seed) % 600000) - 200000;
             while (rt_now_ns() < until) {
             }
-            r->repoll = RT_POLL(&s, &second);
+            r->repoll = RT_POLL_OP(&s, &second);
             if (r->repoll == RT_PENDING) {
                 if (!event_wait_for(&r->second.woken, 1))
                     th->hung = true;
-                else if (RT_POLL(&s, &second) != RT_READY)
+                else if (RT_POLL_OP(&s, &second) != RT_READY)
                     th->hung = true;
             }
         } else if (r->mode == RACE_WAIT_FOR_WAKE) {
-            if (!event_wait_for(&r->first.woken, 1) || RT_POLL(&s, &first) != RT_READY)
+            if (!event_wait_for(&r->first.woken, 1) || RT_POLL_OP(&s, &first) != RT_READY)
                 th->hung = true;
             r->woke_before_deadline = rt_now_ns() < s.deadline_ns;
         }
@@ -220,12 +220,12 @@ static void *stop_race_main(void *arg)
         rt_context second = counting_context(&p->second);
         th->used = i + 1;
         rt_sleep_init(&p->s, th->rt, 10 * SEC);
-        if (RT_POLL(&p->s, &first) == RT_READY)
+        if (RT_POLL_OP(&p->s, &first) == RT_READY)
             p->waiting = NULL;
         else if (i % 2 == 0)
             p->waiting = &p->first;
         else /* replace the waker, racing the stop's release of the wheel */
-            p->waiting = RT_POLL(&p->s, &second) == RT_PENDING ? &p->second : NULL;
+            p->waiting = RT_POLL_OP(&p->s, &second) == RT_PENDING ? &p->second : NULL;
         /* Ready only because shutdown began: a 10 s sleep cannot be due. */
         if (p->waiting == NULL && p->s.result != -ESHUTDOWN)
             th->bad_error = true;
@@ -347,7 +347,7 @@ Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
         counting_waker_init(&sleeps[i].w);
         rt_context cx = counting_context(&sleeps[i].w);
         cr_assert_eq(rt_sleep_init(&sleeps[i].s, rt, 10 * SEC), 0);
-        cr_assert_eq(RT_POLL(&sleeps[i].s, &cx), RT_PENDING);
+        cr_assert_eq(RT_POLL_OP(&sleeps[i].s, &cx), RT_PENDING);
         /* The first command wakes the reactor into the turn the hook holds. */
         if (i == 0)
             cr_assert(event_wait_for_s(&backlog_held, 1, 10), "the reactor never began a turn");
@@ -357,7 +357,7 @@ Test(timer, a_backlog_of_several_reactor_turns_is_released_whole_at_shutdown)
         cr_assert_eq(counting_wakes(&sleeps[i].w), 1, "sleep %d: woken %ld times by shutdown", i,
                      counting_wakes(&sleeps[i].w));
         rt_context cx = counting_context(&sleeps[i].w);
-        cr_assert_eq(RT_POLL(&sleeps[i].s, &cx), RT_READY);
+        cr_assert_eq(RT_POLL_OP(&sleeps[i].s, &cx), RT_READY);
         cr_assert_eq(sleeps[i].s.result, -ESHUTDOWN);
         RT_DROP(&sleeps[i].s);
         cr_assert_eq(counting_outstanding(&sleeps[i].w), 0);
@@ -420,11 +420,11 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
     for (int attempt = 0; attempt < 5 && !held; attempt++) {
         hand_init(&h);
         cr_assert_eq(rt_sleep_init(&s, rt, 20 * MS), 0);
-        cr_assert_eq(RT_POLL(&s, &h.cx), RT_PENDING);
+        cr_assert_eq(RT_POLL_OP(&s, &h.cx), RT_PENDING);
         held = event_wait_for_s(&starve_held, 1, 2);
         if (!held) {
             cr_assert_eq(counting_wakes(&h.w), 1, "the sleep neither fired nor was held in 2 s");
-            cr_assert_eq(RT_POLL(&s, &h.cx), RT_READY);
+            cr_assert_eq(RT_POLL_OP(&s, &h.cx), RT_READY);
             RT_DROP(&s);
         }
     }
@@ -438,7 +438,7 @@ Test(timer, a_busy_worker_yields_to_a_reactor_overdue_for_a_deadline)
 
     /* Released, the reactor fires the sleep. */
     cr_assert(event_wait_for_s(&h.w.woken, 1, 10), "the sleep never fired");
-    cr_assert_eq(RT_POLL(&s, &h.cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &h.cx), RT_READY);
     RT_DROP(&s);
     rt__debug_window_hook = NULL;
     finish_runtime(rt, 0);
@@ -482,12 +482,12 @@ Test(timer, a_busy_worker_yields_to_a_reactor_held_after_its_nap)
         cr_assert_eq(pipe(fds[i]), 0);
         cr_assert_eq(rt_io_open(rt, fds[i][0], &ends[i]), 0);
         struct drain_reader r = {.io = ends[i]};
-        cr_assert_eq(RT_SPAWN(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
+        cr_assert_eq(RT_SPAWN_STATE(rt, drain_reader_poll, NULL, &r, &readers[i]), 0);
     }
     struct busy b = {rt, rt_now_ns() + 20 * SEC, false};
     struct busy *bp = &b;
     rt_task *busy = NULL;
-    cr_assert_eq(RT_SPAWN(rt, busy_poll, NULL, &bp, &busy), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, busy_poll, NULL, &bp, &busy), 0);
     bool held = false;
     for (int burst = 0; burst < 200 && !held; burst++) {
         for (int i = 0; i < PIPES; i++)

@@ -126,36 +126,40 @@ Test(timer, init_functions_reject_a_missing_runtime_and_bad_periods)
     rt_sleep s;
     rt_timeout t;
     rt_interval iv;
-    /* NULL means rt_current(), which is NULL on the test thread. A failed
+    /* NULL means rt_current_runtime(), which is NULL on the test thread. A failed
      * init leaves the operation finished with the error: polling it reports
      * RT_READY with that result. */
     cr_assert_eq(rt_sleep_init(&s, NULL, MS), -EINVAL);
     cr_assert_eq(s.result, -EINVAL);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
     cr_assert_eq(s.result, -EINVAL);
     cr_assert_eq(rt_sleep_until_init(&s, NULL, rt_now_ns() + MS), -EINVAL);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
     cr_assert_eq(s.result, -EINVAL);
     /* The inner operation is not NULL (a finished one): only the runtime
      * is missing. */
     cr_assert_eq(rt_timeout_init(&t, NULL, &s.future, MS), -EINVAL);
-    cr_assert_eq(RT_POLL(&t, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&t, &cx), RT_READY);
     cr_assert_eq(t.result, -EINVAL);
-    cr_assert_eq(rt_deadline_init(&t, NULL, &s.future, rt_now_ns() + MS), -EINVAL);
+    cr_assert_eq(rt_timeout_until_init(&t, NULL, &s.future, rt_now_ns() + MS), -EINVAL);
     cr_assert_eq(t.result, -EINVAL);
     cr_assert_eq(rt_interval_init(&iv, NULL, MS), -EINVAL);
-    cr_assert_eq(RT_POLL(&iv, &cx), RT_READY);
-    cr_assert_eq(iv.result, -EINVAL);
+    /* A tick of an interval that never started is refused the same way. */
+    rt_interval_tick tick;
+    cr_assert_eq(rt_interval_tick_init(&tick, &iv), -EINVAL);
+    cr_assert_eq(RT_POLL_OP(&tick, &cx), RT_READY);
+    cr_assert_eq(tick.result, -EINVAL);
+    cr_assert_eq(rt_interval_tick_init(&tick, NULL), -EINVAL);
+    cr_assert_eq(tick.result, -EINVAL);
 
     rt_runtime *rt = new_runtime(1);
     cr_assert_eq(rt_interval_init(&iv, rt, 0), -EINVAL, "period 0");
-    cr_assert_eq(iv.result, -EINVAL);
     cr_assert_eq(rt_interval_init(&iv, rt, -5 * MS), -EINVAL, "negative period");
-    cr_assert_eq(iv.result, -EINVAL);
     /* A timeout needs an operation to limit. */
     cr_assert_eq(rt_timeout_init(&t, rt, NULL, MS), -EINVAL, "no inner operation");
     cr_assert_eq(t.result, -EINVAL);
-    cr_assert_eq(rt_deadline_init(&t, rt, NULL, rt_now_ns() + MS), -EINVAL, "no inner operation");
+    cr_assert_eq(rt_timeout_until_init(&t, rt, NULL, rt_now_ns() + MS), -EINVAL,
+                 "no inner operation");
     cr_assert_eq(t.result, -EINVAL);
     finish_runtime(rt, 0);
 }
@@ -164,29 +168,29 @@ Test(timer, drop_functions_accept_zero_initialised_structs)
 {
     rt_sleep s;
     rt_timeout t;
-    rt_interval iv;
+    rt_interval_tick tick;
     memset(&s, 0, sizeof s);
     memset(&t, 0, sizeof t);
-    memset(&iv, 0, sizeof iv);
+    memset(&tick, 0, sizeof tick);
     cr_assert(!rt_future_is_done(&s.future), "a zeroed sleep counts as done");
     RT_DROP(&s);
     RT_DROP(&t);
-    RT_DROP(&iv);
+    RT_DROP(&tick);
     /* A zeroed operation polled finishes at once with -EINVAL. */
     rt_context noop = noop_context();
     memset(&s, 0, sizeof s);
-    cr_assert_eq(RT_POLL(&s, &noop), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &noop), RT_READY);
     cr_assert_eq(s.result, -EINVAL);
-    memset(&iv, 0, sizeof iv);
-    cr_assert_eq(RT_POLL(&iv, &noop), RT_READY);
-    cr_assert_eq(iv.result, -EINVAL);
+    memset(&tick, 0, sizeof tick);
+    cr_assert_eq(RT_POLL_OP(&tick, &noop), RT_READY);
+    cr_assert_eq(tick.result, -EINVAL);
     /* A zeroed struct is then initialised and used as usual. */
     rt_runtime *rt = new_runtime(1);
     struct counting_waker w;
     counting_waker_init(&w);
     rt_context cx = counting_context(&w);
     cr_assert_eq(rt_sleep_init(&s, rt, 10 * SEC), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_PENDING);
     cr_assert(!rt_future_is_done(&s.future));
     RT_DROP(&s);
     cr_assert_eq(s.result, -ECANCELED, "a dropped pending sleep: %lld", (long long)s.result);
@@ -246,7 +250,7 @@ static rt_poll sequential_sleeper_poll(void *state, rt_context *cx, void **out)
             RT_RETURN(&q->co, out, NULL);
         /* Counting the polls: a poll expression rather than an operation
          * in flight, so the drop function drops the sleep itself. */
-        RT_AWAIT_POLL(&q->co, (q->records[q->i].polls++, RT_POLL(&q->s, cx)));
+        RT_AWAIT_POLL(&q->co, (q->records[q->i].polls++, RT_POLL_OP(&q->s, cx)));
         q->records[q->i].end = rt_now_ns();
         q->records[q->i].err = (int)q->s.result;
     }
@@ -269,8 +273,8 @@ Test(timer, sleep_never_completes_early_and_is_not_absurdly_late)
     /* Three sleepers at once, so the reactor juggles several timers. */
     for (int k = 0; k < SLEEPERS; k++) {
         struct sequential_sleeper q = {.rounds = ROUNDS, .records = records[k]};
-        cr_assert_eq(RT_SPAWN(rt, sequential_sleeper_poll, sequential_sleeper_drop, &q, &tasks[k]),
-                     0);
+        cr_assert_eq(
+            RT_SPAWN_STATE(rt, sequential_sleeper_poll, sequential_sleeper_drop, &q, &tasks[k]), 0);
     }
     for (int k = 0; k < SLEEPERS; k++)
         cr_assert_eq(task_wait_status(tasks[k], WAIT_DEADLINE_NS, NULL), 0);
@@ -330,7 +334,7 @@ static rt_poll chunky_poll(void *state, rt_context *cx, void **out)
         for (int64_t until = raw_now_ns() + MS; raw_now_ns() < until;)
             ;
         c->polls--;
-        RT_YIELD(&c->co, cx);
+        RT_CORO_YIELD(&c->co, cx);
     }
     RT_RETURN(&c->co, out, NULL);
     RT_CORO_END(&c->co, out);
@@ -384,8 +388,8 @@ Test(timer, sleeps_batched_beside_a_busy_task_are_armed_within_a_few_polls)
     struct batched_sleeper b = {.elapsed = &elapsed};
     struct chunky c = {.polls = 300};
     rt_task *sleeper, *busy;
-    cr_assert_eq(RT_SPAWN(rt, batched_sleeper_poll, rt_coro_drop, &b, &sleeper), 0);
-    cr_assert_eq(RT_SPAWN(rt, chunky_poll, NULL, &c, &busy), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, batched_sleeper_poll, rt_coro_drop, &b, &sleeper), 0);
+    cr_assert_eq(RT_SPAWN_STATE(rt, chunky_poll, NULL, &c, &busy), 0);
     cr_assert_eq(task_wait_status(sleeper, WAIT_DEADLINE_NS, NULL), 0);
     cr_assert_eq(task_wait_status(busy, WAIT_DEADLINE_NS, NULL), 0);
     for (int i = 0; i < BATCHED_SLEEPS; i++) {
@@ -433,28 +437,28 @@ Test(timer, sleep_until_a_past_deadline_or_a_non_positive_duration_is_ready_at_o
 
     rt_sleep s;
     cr_assert_eq(rt_sleep_until_init(&s, rt, rt_now_ns() - SEC), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "a past deadline is pending");
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY, "a past deadline is pending");
     cr_assert_eq(s.result, 0);
     /* And on every poll after that, with the same result; a drop after it
      * changes nothing. */
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
     cr_assert_eq(s.result, 0);
     RT_DROP(&s);
     cr_assert_eq(s.result, 0, "a drop after RT_READY changed the result");
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
 
     cr_assert_eq(rt_sleep_until_init(&s, rt, 0), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "deadline 0 is pending");
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY, "deadline 0 is pending");
     cr_assert_eq(s.result, 0);
     RT_DROP(&s);
 
     cr_assert_eq(rt_sleep_init(&s, rt, 0), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "duration 0 is pending");
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY, "duration 0 is pending");
     cr_assert_eq(s.result, 0);
     RT_DROP(&s);
 
     cr_assert_eq(rt_sleep_init(&s, rt, -10 * SEC), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY, "negative duration is pending");
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY, "negative duration is pending");
     cr_assert_eq(s.result, 0);
     RT_DROP(&s);
 
@@ -476,7 +480,7 @@ static rt_poll until_in_task_poll(void *state, rt_context *cx, void **out)
     RT_CORO_BEGIN(&u->co);
     if (rt_sleep_until_init(&u->s, NULL, rt_now_ns() - 5 * MS) != 0)
         RT_RETURN(&u->co, out, (intptr_t)-1);
-    RT_AWAIT_POLL(&u->co, (u->polls++, RT_POLL(&u->s, cx)));
+    RT_AWAIT_POLL(&u->co, (u->polls++, RT_POLL_OP(&u->s, cx)));
     RT_RETURN(&u->co, out, (intptr_t)(u->polls * 1000 + (u->s.result != 0)));
     RT_CORO_END(&u->co, out);
 }
@@ -513,13 +517,13 @@ Test(timer, sleep_polled_from_a_foreign_thread_wakes_the_latest_waker_once)
     rt_sleep s;
     int64_t start = rt_now_ns();
     cr_assert_eq(rt_sleep_init(&s, rt, 30 * MS), 0);
-    cr_assert_eq(RT_POLL(&s, &cxa), RT_PENDING);
-    cr_assert_eq(RT_POLL(&s, &cxb), RT_PENDING, "second poll before the deadline");
+    cr_assert_eq(RT_POLL_OP(&s, &cxa), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&s, &cxb), RT_PENDING, "second poll before the deadline");
     cr_assert(event_wait_for(&b.woken, 1), "the sleep never woke the latest waker");
     int64_t woken = rt_now_ns();
     cr_assert_geq(woken - start, 30 * MS, "woken after %lld ns of a 30 ms sleep",
                   (long long)(woken - start));
-    cr_assert_eq(RT_POLL(&s, &cxb), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cxb), RT_READY);
     cr_assert_eq(s.result, 0);
     RT_DROP(&s);
     cr_assert_eq(counting_wakes(&a), 0, "the replaced waker was woken");
@@ -540,16 +544,16 @@ Test(timer, dropping_a_pending_sleep_cancels_its_timer_and_releases_the_waker)
 
     rt_sleep s;
     cr_assert_eq(rt_sleep_init(&s, rt, 30 * MS), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_PENDING);
     RT_DROP(&s);
     cr_assert_eq(s.result, -ECANCELED);
     /* The struct may be initialised again after a drop. */
     cr_assert_eq(rt_sleep_init(&s, rt, 10 * SEC), 0);
-    cr_assert_eq(RT_POLL(&s, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_PENDING);
     RT_DROP(&s);
     cr_assert_eq(s.result, -ECANCELED);
     /* A dropped operation is finished: polling it reports its result. */
-    cr_assert_eq(RT_POLL(&s, &cx), RT_READY);
+    cr_assert_eq(RT_POLL_OP(&s, &cx), RT_READY);
     cr_assert_eq(s.result, -ECANCELED);
 
     /* Well past the first deadline: a timer that was not cancelled fires. */
@@ -572,7 +576,7 @@ Test(timer, sleep_polled_after_shutdown_reports_eshutdown)
 
     rt_sleep pending, fresh;
     cr_assert_eq(rt_sleep_init(&pending, rt, 10 * SEC), 0);
-    cr_assert_eq(RT_POLL(&pending, &cx), RT_PENDING);
+    cr_assert_eq(RT_POLL_OP(&pending, &cx), RT_PENDING);
     cr_assert_eq(rt_sleep_init(&fresh, rt, 10 * SEC), 0);
 
     int64_t t0 = rt_now_ns();
@@ -584,11 +588,11 @@ Test(timer, sleep_polled_after_shutdown_reports_eshutdown)
     cr_log_info("shutdown %s the waker of a pending sleep",
                 counting_wakes(&w) > 0 ? "woke" : "did not wake");
 
-    cr_assert_eq(RT_POLL(&fresh, &cx), RT_READY,
+    cr_assert_eq(RT_POLL_OP(&fresh, &cx), RT_READY,
                  "a never-armed sleep polled after shutdown is pending");
     cr_assert_eq(fresh.result, -ESHUTDOWN, "fresh sleep after shutdown: %s",
                  rt_strerror((int)fresh.result));
-    cr_assert_eq(RT_POLL(&pending, &cx), RT_READY,
+    cr_assert_eq(RT_POLL_OP(&pending, &cx), RT_READY,
                  "an armed sleep polled after shutdown is pending");
     cr_assert_eq(pending.result, -ESHUTDOWN, "armed sleep after shutdown: %s",
                  rt_strerror((int)pending.result));

@@ -109,7 +109,7 @@ static rt_poll sleeper_poll(void *state, rt_context *cx, void **out)
             (void)rt_sleep_init(&t->sleep, NULL, SLEEP_NS);
             t->armed = true;
         }
-        if (RT_POLL(&t->sleep, cx) == RT_PENDING)
+        if (RT_POLL_OP(&t->sleep, cx) == RT_PENDING)
             return RT_PENDING;
         t->slept = true;
     }

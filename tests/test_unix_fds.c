@@ -398,13 +398,13 @@ Test(unix_fds, operations_waiting_at_shutdown_are_cancelled_and_leave_nothing)
     rt_io *l = listen_on(rt, name, 0);
     static rt_unix_accept acc;
     rt_unix_accept_init(&acc, l);
-    rt_task_detach(start_waiter(rt, &acc.future));
+    rt_task_drop(start_waiter(rt, &acc.future));
     rt_io *a, *b;
     cr_assert_eq(rt_unix_pair(rt, SOCK_STREAM, &a, &b), 0);
     static char buf[4];
     static rt_unix_recv_fds rf;
     rt_unix_recv_fds_init(&rf, a, buf, sizeof buf, 1);
-    rt_task_detach(start_waiter(rt, &rf.future));
+    rt_task_drop(start_waiter(rt, &rf.future));
     /* The runtime closes the sockets still open (rt_io belongs to it). */
     finish_runtime(rt, 2);
     cr_assert_eq(acc.result, -ECANCELED);

@@ -24,7 +24,7 @@
  * free (AddressSanitizer reports it). Sends and receives that wait are
  * operations (see future.h). Every function may be called from any thread:
  * the operations from tasks (or from threads polling by hand), the try forms
- * from anywhere, the *_blocking forms from threads that are not workers
+ * from anywhere, the *_wait forms from threads that are not workers
  * (-EDEADLK there).
  *
  * End of stream and closing (errno values):
@@ -107,7 +107,7 @@ int rt_oneshot_try_recv(rt_oneshot *o, void **value);
  * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
  * -EALREADY, -EBUSY (another receive waits), -ENOMEM, -EINVAL (o NULL).
  * value may be NULL, as for rt_oneshot_try_recv. */
-int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value);
+int rt_oneshot_recv_wait(rt_oneshot *o, int64_t timeout_ns, void **value);
 
 /* Releases the receiving side (after dropping its receive operation). If a
  * value was sent but never received, it is written to *unreceived (may be
@@ -123,8 +123,8 @@ typedef struct rt_chan rt_chan;
 
 /* Creates a channel buffering up to `capacity` `void *` values (>= 1). The
  * plain forms below (rt_chan_send_init, rt_chan_try_send,
- * rt_chan_send_blocking, rt_chan_recv_init and its `value`, rt_chan_try_recv,
- * rt_chan_recv_blocking) carry `void *` values, on a channel made here ("a
+ * rt_chan_send_wait, rt_chan_recv_init and its `value`, rt_chan_try_recv,
+ * rt_chan_recv_wait) carry `void *` values, on a channel made here ("a
  * channel of `void *`" below); on one made by rt_chan_new_sized they fail
  * with -EINVAL (whatever its value size), and the _copy / _into forms work on
  * both. The caller holds one sender reference and one receiver reference.
@@ -233,11 +233,11 @@ int rt_chan_recv_into_init(rt_chan_recv *op, rt_chan *ch, void *dst);
  * Errors: -EPIPE, -ETIMEDOUT (timeout_ns passed; < 0: no limit), -EDEADLK (a
  * worker thread), -ENOMEM, -EINVAL (ch NULL, or not a channel of `void *`).
  * value may be NULL, as for rt_chan_try_recv. */
-int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value);
+int rt_chan_recv_wait(rt_chan *ch, int64_t timeout_ns, void **value);
 
-/* rt_chan_recv_blocking that copies the value's bytes to dst (any channel;
- * dst NULL: not handed back). Errors as rt_chan_recv_blocking. */
-int rt_chan_recv_into_blocking(rt_chan *ch, int64_t timeout_ns, void *dst);
+/* rt_chan_recv_wait that copies the value's bytes to dst (any channel;
+ * dst NULL: not handed back). Errors as rt_chan_recv_wait. */
+int rt_chan_recv_into_wait(rt_chan *ch, int64_t timeout_ns, void *dst);
 
 /* One send that may wait for room: an operation (see future.h) that
  * finishes with result 0 once the value is in the channel (it then belongs
@@ -268,11 +268,11 @@ int rt_chan_send_copy_init(rt_chan_send *op, rt_chan *ch, const void *src);
 /* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
  * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM,
  * -EINVAL (ch NULL, or not a channel of `void *`). */
-int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns);
+int rt_chan_send_wait(rt_chan *ch, void *value, int64_t timeout_ns);
 
-/* rt_chan_send_blocking of the value_size bytes at src (any channel).
- * Errors as rt_chan_send_blocking; -EINVAL also for src NULL. */
-int rt_chan_send_copy_blocking(rt_chan *ch, const void *src, int64_t timeout_ns);
+/* rt_chan_send_wait of the value_size bytes at src (any channel).
+ * Errors as rt_chan_send_wait; -EINVAL also for src NULL. */
+int rt_chan_send_copy_wait(rt_chan *ch, const void *src, int64_t timeout_ns);
 
 #ifdef __cplusplus
 }

@@ -57,11 +57,11 @@ typedef struct rt_timeout {
     rt_sleep sleep;   /* the limit */
 } rt_timeout;
 
-/* Limits `inner` to `duration_ns` from now (rt: NULL means rt_current()).
+/* Limits `inner` to `duration_ns` from now (rt: NULL means rt_current_runtime()).
  * Errors: -EINVAL (t or inner NULL, no runtime); the inner operation is then
  * dropped, since nothing else would drop it. Around a join, a time limit
  * that runs out detaches the task unless the join was set to abort it
- * (rt_task_join.abort_on_drop). Never polled, a timeout holds nothing of
+ * (rt_task_join.cancel_on_drop). Never polled, a timeout holds nothing of
  * its own (its timer is armed at the first poll): it needs a drop only
  * when `inner` does (a join, a buffered read...), and dropping it drops
  * `inner`. Any thread. */
@@ -69,7 +69,7 @@ int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t dur
 
 /* Limits `inner` to an absolute deadline on rt_now_ns()'s clock. Errors,
  * and what one never polled holds, as rt_timeout_init. */
-int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns);
+int rt_timeout_until_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns);
 
 /* ---- Select ----------------------------------------------------------------*/
 

@@ -22,7 +22,7 @@
  *         RT_AWAIT(&f->co, cx, &f->limit);
  *         if (f->limit.result < 0) // -ETIMEDOUT, or the read's error
  *             RT_RETURN(&f->co, out, NULL);
- *         RT_YIELD(&f->co, cx);
+ *         RT_CORO_YIELD(&f->co, cx);
  *         RT_CORO_END(&f->co, out);
  *     }
  *     ...
@@ -32,9 +32,9 @@
  * timeout, which drops the read and cancels the timer.
  *
  * Rules, because the macros are a `switch` in disguise:
- * - Local variables do not survive an RT_AWAIT or RT_YIELD: keep anything
+ * - Local variables do not survive an RT_AWAIT or RT_CORO_YIELD: keep anything
  *   needed after one in the state struct, operations included.
- * - Do not put an RT_AWAIT or RT_YIELD inside a nested `switch`, and use each
+ * - Do not put an RT_AWAIT or RT_CORO_YIELD inside a nested `switch`, and use each
  *   at most once per source line (the line number is the resume point).
  * - Initialise the operation before its RT_AWAIT (the resume jumps into the
  *   await, past the init), and give RT_AWAIT the poll's own context: with
@@ -43,7 +43,7 @@
  * - Zero-initialise the rt_coro (it is, when the whole state is zeroed).
  * - `co` (every macro) and `out` (RT_RETURN, RT_CORO_END) are dereferenced:
  *   they must not be NULL (the `out` a poll function receives never is).
- *   RT_YIELD with cx NULL wakes nothing, as rt_yield(NULL).
+ *   RT_CORO_YIELD with cx NULL wakes nothing, as rt_yield(NULL).
  * A coroutine is polled by one task at a time, like any future. */
 #ifndef ASYNCRT_CORO_H
 #define ASYNCRT_CORO_H
@@ -183,7 +183,7 @@ static inline void rt__coro_enter(rt_coro *co, const rt_coro_site *site)
 
 /* Gives other tasks a turn: wakes itself by reference and returns RT_PENDING;
  * the next poll continues after this line. */
-#define RT_YIELD(co, cx)                                                                           \
+#define RT_CORO_YIELD(co, cx)                                                                      \
     do {                                                                                           \
         (co)->line = __LINE__;                                                                     \
         rt_waker_wake_by_ref(rt_context_waker(cx));                                                \

@@ -106,7 +106,7 @@ typedef struct rt_task_info {
     int worker;             /* the worker running it, else the one whose poll last
                                left it waiting, else -1 (never polled yet) */
     const char *spawned_at; /* "file.c:123" of the spawn call, or NULL */
-    /* Where a coroutine waits (the last RT_AWAIT or RT_YIELD reached), or
+    /* Where a coroutine waits (the last RT_AWAIT or RT_CORO_YIELD reached), or
      * NULL/0 for a task that is no coroutine or has not started: */
     const char *await_file;
     int await_line;

@@ -27,7 +27,7 @@
  * NULL arguments. Pointers a comment calls optional ("may be NULL", "NULL
  * means ...") are never an error. For any other pointer argument of a public
  * function, one rule applies, and each function's comment says its case:
- * - A function that releases, drops, closes, cancels, detaches, wakes or
+ * - A function that releases, drops, closes, cancels, wakes or
  *   notifies the object it is given does nothing with NULL (and returns 0
  *   when it returns a value, as rt_io_close and rt_runtime_free do).
  * - Any other function that reports errors returns -EINVAL. An operation's

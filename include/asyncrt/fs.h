@@ -112,7 +112,7 @@ typedef struct rt_file_open {
  * O_NOATIME, O_SYNC, O_DSYNC and O_CLOEXEC (added anyway). mode: the
  * permission bits of a file O_CREAT creates (less the umask), at most
  * 07777; ignored without O_CREAT. rt: the runtime whose pool opens the file
- * and runs the file's later operations; NULL means rt_current().
+ * and runs the file's later operations; NULL means rt_current_runtime().
  * Errors: -EINVAL (op or path NULL, another flag such as O_DIRECTORY,
  * O_PATH, O_NONBLOCK or O_DIRECT, mode out of range, no runtime),
  * -ENAMETOOLONG, -ENOMEM. Any thread. */
@@ -214,7 +214,7 @@ typedef struct rt_fs_stat {
 } rt_fs_stat;
 
 /* Prepares stat(2) of `path` (copied; a symbolic link is followed), on the
- * pool of rt (NULL means rt_current()). Errors: -EINVAL (op or path NULL,
+ * pool of rt (NULL means rt_current_runtime()). Errors: -EINVAL (op or path NULL,
  * no runtime), -ENAMETOOLONG, -ENOMEM. Any thread. */
 int rt_fs_stat_init(rt_fs_stat *op, rt_runtime *rt, const char *path);
 
@@ -225,7 +225,7 @@ int rt_file_stat_init(rt_fs_stat *op, rt_file *f);
 /* ---- Paths -----------------------------------------------------------------
  *
  * Each copies its paths at the init and runs on the pool of rt (NULL means
- * rt_current()). Errors of the inits: -EINVAL (op or a path NULL, no
+ * rt_current_runtime()). Errors of the inits: -EINVAL (op or a path NULL, no
  * runtime, mode above 07777), -ENAMETOOLONG, -ENOMEM. Any thread. */
 
 /* mkdir(2) with the permission bits `mode` (less the umask). Errors:
@@ -267,7 +267,7 @@ typedef struct rt_fs_read_file {
 } rt_fs_read_file;
 
 /* Prepares to read the whole of `path` (copied), of at most `limit` bytes
- * (at most SIZE_MAX / 2), on the pool of rt (NULL means rt_current()).
+ * (at most SIZE_MAX / 2), on the pool of rt (NULL means rt_current_runtime()).
  * Errors: -EINVAL (op or path NULL, limit out of range, no runtime),
  * -ENAMETOOLONG, -ENOMEM. Any thread. */
 int rt_fs_read_file_init(rt_fs_read_file *op, rt_runtime *rt, const char *path, size_t limit);

@@ -82,7 +82,7 @@ typedef void (*rt_drop_fn)(void *state);
  *
  *     rt_io_read rd;                        // in the task's state
  *     rt_io_read_init(&rd, io, buf, sizeof buf);
- *     ... RT_POLL(&rd, cx) until RT_READY ...
+ *     ... RT_POLL_OP(&rd, cx) until RT_READY ...
  *     if (rd.result < 0) error; else rd.result bytes arrived
  *
  * The life of an operation:
@@ -90,7 +90,7 @@ typedef void (*rt_drop_fn)(void *state);
  *   that fails returns the negative errno and, when the operation pointer is
  *   not NULL, leaves it finished with that errno as its result, so code that
  *   awaits it without checking sees the error there.
- * - rt_future_poll (RT_POLL) polls it: RT_PENDING with the context's waker
+ * - rt_future_poll (RT_POLL_OP) polls it: RT_PENDING with the context's waker
  *   stored, or RT_READY with `result` set (a negative errno, or 0 or a count
  *   on success) and the operation's value, if it has one, in its own named
  *   fields. A finished operation has released everything it held, needs no
@@ -180,7 +180,7 @@ bool rt_future_is_done(const rt_future *f);
 rt_poll rt_future_finish(rt_future *f, int64_t result);
 
 /* rt_future_poll with its common case inline (an initialised operation and a
- * context: straight to the vtable), for RT_POLL and the coroutine macros. */
+ * context: straight to the vtable), for RT_POLL_OP and the coroutine macros. */
 static inline rt_poll rt__future_poll_inline(rt_future *f, rt_context *cx)
 {
     if (f != NULL && f->vtable != NULL && cx != NULL)
@@ -189,8 +189,8 @@ static inline rt_poll rt__future_poll_inline(rt_future *f, rt_context *cx)
 }
 
 /* Polls or drops any operation struct (anything that begins with
- * RT_FUTURE_HEADER): RT_POLL(&s->read, cx), RT_DROP(&s->read). */
-#define RT_POLL(op, cx) rt__future_poll_inline(&(op)->future, (cx))
+ * RT_FUTURE_HEADER): RT_POLL_OP(&s->read, cx), RT_DROP(&s->read). */
+#define RT_POLL_OP(op, cx) rt__future_poll_inline(&(op)->future, (cx))
 #define RT_DROP(op) rt_future_drop(&(op)->future)
 
 /* Builds a context around a borrowed waker (for polling futures by hand, for

@@ -60,7 +60,7 @@ typedef struct rt_group_options {
 /* Sets the defaults: no dispose function, results kept. NULL is a no-op. */
 void rt_group_options_init(rt_group_options *opts);
 
-/* Creates a group on `rt` (NULL: rt_current()) with `opts` (NULL: the
+/* Creates a group on `rt` (NULL: rt_current_runtime()) with `opts` (NULL: the
  * defaults). Errors: -EINVAL (out NULL, no runtime), -ENOMEM. Any thread. */
 int rt_group_new_ex(rt_runtime *rt, const rt_group_options *opts, rt_group **out);
 
@@ -78,22 +78,21 @@ int rt_group_new(rt_runtime *rt, void (*dispose)(void *value, void *arg), void *
  * the group allocated until it returns, so the owner may close or free the
  * group meanwhile, but a spawn must begin before rt_group_free (the caller
  * holds no reference of its own otherwise). */
-int rt_group_spawn(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-                   const void *state, size_t size, uint64_t *id);
+#define rt_group_spawn(g, opts, poll, drop, state, size, id)                                       \
+    rt_group_spawn_with_site(RT__HERE, (g), (opts), (poll), (drop), (state), (size), (id))
 
 /* rt_group_spawn recording `site` ("file:line", static storage, or NULL) as
- * where the child was spawned, for task dumps (diag.h). The macro below
- * makes every rt_group_spawn call pass its own file and line. */
-int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
-                      rt_drop_fn drop, const void *state, size_t size, uint64_t *id);
-#define rt_group_spawn(g, opts, poll, drop, state, size, id)                                       \
-    rt_group_spawn_at(RT_HERE, (g), (opts), (poll), (drop), (state), (size), (id))
+ * where the child was spawned, for task dumps (diag.h): what rt_group_spawn
+ * expands to (task.h, "Spawn sites"). */
+int rt_group_spawn_with_site(const char *site, rt_group *g, const rt_spawn_options *opts,
+                             rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                             uint64_t *id);
 
 /* Children not collected yet: running ones plus finished ones waiting for
  * rt_group_next (0 for NULL). */
 size_t rt_group_len(rt_group *g);
 
-/* Aborts every child still running (rt_task_abort). They finish as
+/* Aborts every child still running (rt_task_cancel). They finish as
  * cancelled and are still collected by rt_group_next (status -ECANCELED).
  * The group stays usable: children spawned later run normally. NULL is a
  * no-op. */
@@ -138,24 +137,24 @@ int rt_group_next_init(rt_group_next *op, rt_group *g);
  * Abort safety: results the wait already collected went to dispose;
  * children not yet finished stay in the group, and for rt_group_close they
  * stay cancelled (the group keeps refusing spawns). */
-typedef struct rt_group_wait {
+typedef struct rt_group_join {
     RT_FUTURE_HEADER;
     rt_group *group;  /* NULL once finished or dropped */
     int closing;      /* rt_group_close: cancel first, then wait */
     size_t failed;    /* children collected with an error status so far */
     size_t cancelled; /* children collected cancelled so far */
-} rt_group_wait;
+} rt_group_join;
 
 /* Prepares to wait for all children. Errors: -EINVAL (op or g NULL). Never
  * polled, it holds nothing and needs no drop. */
-int rt_group_join_all_init(rt_group_wait *op, rt_group *g);
+int rt_group_join_all_init(rt_group_join *op, rt_group *g);
 
 /* Prepares to close the group: cancel every child, refuse new spawns
  * (-EPIPE), and wait until all have finished. Errors: -EINVAL (op or g
  * NULL). The cancelling is done by the first poll: never polled, the close
  * holds nothing, needs no drop, and has cancelled nothing (spawns are
  * still taken). */
-int rt_group_close_init(rt_group_wait *op, rt_group *g);
+int rt_group_close_init(rt_group_join *op, rt_group *g);
 
 /* Ends the group: refuses new spawns, cancels every child still running and
  * releases the owner's reference without waiting. Results not collected go to

@@ -59,7 +59,7 @@ typedef struct rt_io rt_io;
 
 /* Takes ownership of descriptor `fd`, makes it non-blocking and close-on-exec
  * if it was not, and registers it with the reactor of `rt` (NULL means
- * rt_current()). On success *out owns it; on failure the caller still owns fd,
+ * rt_current_runtime()). On success *out owns it; on failure the caller still owns fd,
  * with its file status and descriptor flags as they were before the call.
  * Errors: -EBADF (fd not open), -EINVAL (rt NULL outside a task, out NULL),
  * -EPERM (a descriptor epoll cannot watch, such as a regular file), -ENOMEM,

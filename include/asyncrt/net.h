@@ -52,7 +52,7 @@ int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, so
  * the accept sets TCP_NODELAY on each connection). *out owns it. Errors:
  * those of socket/bind/listen (-EADDRINUSE, -EACCES, -EMFILE...), -EINVAL
  * (addr or out NULL, rt NULL outside a task), -ENOMEM, -ESHUTDOWN. rt NULL
- * means rt_current(). Any thread. */
+ * means rt_current_runtime(). Any thread. */
 int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
                   unsigned flags, rt_io **out);
 
@@ -97,7 +97,7 @@ typedef struct rt_tcp_connect {
     socklen_t addr_len;           /* its length */
 } rt_tcp_connect;
 
-/* Prepares a connection to addr (copied). rt NULL means rt_current().
+/* Prepares a connection to addr (copied). rt NULL means rt_current_runtime().
  * Errors: -EINVAL (op or addr NULL, addr_len 0 or larger than a
  * sockaddr_storage, no runtime). */
 int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const struct sockaddr *addr,

@@ -16,7 +16,7 @@
  *     rt_process_spawn(NULL, &o, &s->child);
  *     ... write to rt_process_stdio(s->child, 0), read from
  *         rt_process_stdio(s->child, 1) ...
- *     rt_process_wait_init(&s->exit, s->child);
+ *     rt_process_exited_init(&s->exit, s->child);
  *     RT_AWAIT(&s->co, cx, &s->exit);     // s->exit.code, s->exit.signal
  *
  * The child is started with posix_spawn (vfork and exec): it inherits only
@@ -72,7 +72,7 @@ typedef struct rt_process_options {
  * no-op. */
 void rt_process_options_init(rt_process_options *o);
 
-/* Starts the child on rt (NULL: rt_current()). On success *out owns it and
+/* Starts the child on rt (NULL: rt_current_runtime()). On success *out owns it and
  * its pipes. Errors: -EINVAL (o, argv, argv[0] or out NULL, an unknown
  * RT_STDIO_ mode, no runtime), -ENOENT (no such program, in PATH or at that
  * path), -EACCES, -ENOEXEC and the other errors of posix_spawn and exec,
@@ -130,14 +130,14 @@ void rt_process_free(rt_process *p);
  * Once reaped, later waits finish at once with the same outcome. Dropped
  * while it waits, it loses nothing: the child is reaped by the next wait or
  * by rt_process_free. */
-typedef struct rt_process_wait {
+typedef struct rt_process_exited {
     RT_FUTURE_HEADER;
     rt_process *process; /* NULL once finished or dropped */
     int code;            /* the exit status, when signal is 0 */
     int signal;          /* the signal that ended the child, or 0 */
     rt_io_ready exited;  /* the pidfd readable */
     rt_sleep recheck;    /* without a pidfd: the next look */
-} rt_process_wait;
+} rt_process_exited;
 
 /* Prepares a wait. Errors: -EINVAL (op or p NULL), -EBUSY (another wait on
  * p is unfinished). The init claims p (marks it busy) until the wait
@@ -145,7 +145,7 @@ typedef struct rt_process_wait {
  * be dropped (or awaited), before rt_process_free. Otherwise every later
  * wait on p, the same operation initialised again included, is refused
  * with -EBUSY (rt_process_free still kills and reaps the child). */
-int rt_process_wait_init(rt_process_wait *op, rt_process *p);
+int rt_process_exited_init(rt_process_exited *op, rt_process *p);
 
 #ifdef __cplusplus
 }

@@ -150,7 +150,7 @@ typedef struct rt_resolve {
  * decimal, 0-65535; NULL: port 0), for `family` (AF_UNSPEC: IPv6 and IPv4,
  * AF_INET, AF_INET6) and the RT_RESOLVE_* `flags`. Both strings are copied;
  * the pool job starts at the first poll (a lookup never polled holds
- * nothing and needs no drop). rt NULL means rt_current().
+ * nothing and needs no drop). rt NULL means rt_current_runtime().
  * Errors: -EINVAL (op NULL, no runtime, host and service both NULL, host
  * empty or longer than RT_RESOLVE_HOST_MAX, service empty, longer than
  * RT_RESOLVE_SERVICE_MAX, or a number above 65535, another family, unknown
@@ -221,7 +221,7 @@ typedef struct rt_resolve_connect {
 
 /* Prepares a connection to `host` / `service` (as rt_resolve_init, with
  * the flags RT_RESOLVE_NUMERIC and RT_RESOLVE_ADDRCONFIG only; `service`
- * must not be NULL). rt NULL means rt_current(). The lookup starts at the
+ * must not be NULL). rt NULL means rt_current_runtime(). The lookup starts at the
  * first poll: one never polled holds nothing and needs no drop. Errors:
  * those of rt_resolve_init, and -EINVAL for service NULL or another flag.
  * Any thread. */
@@ -234,7 +234,7 @@ int rt_resolve_connect_init(rt_resolve_connect *op, rt_runtime *rt, const char *
  * of addr.ss_family; `family` is not read). The list is borrowed: it must
  * stay valid and unchanged until the operation finishes or is dropped.
  * rt NULL means
- * rt_current(). The first attempt starts at the first poll: one never
+ * rt_current_runtime(). The first attempt starts at the first poll: one never
  * polled holds nothing and needs no drop. Errors: -EINVAL (op or list
  * NULL, no runtime, count 0, addr NULL, an entry whose len is 0 or larger
  * than a sockaddr_storage). Any thread. */

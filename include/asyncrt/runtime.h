@@ -168,7 +168,7 @@ int rt_runtime_shutdown(rt_runtime *rt);
  * Wakers and join handles of its tasks stay safe to use afterwards: each task's
  * memory lives until its last waker or handle is released, and a finished task
  * never touches its runtime. The one thing forbidden is racing this call: no
- * other thread may be inside rt_spawn or rt_task_abort on this runtime, or
+ * other thread may be inside rt_spawn or rt_task_cancel on this runtime, or
  * inside a wake that began before rt_runtime_shutdown returned, while it runs.
  * Errors: -EDEADLK (called from one of its workers, or from a drop function
  * run by its shutdown: nothing is freed).
@@ -176,13 +176,13 @@ int rt_runtime_shutdown(rt_runtime *rt);
 int rt_runtime_free(rt_runtime *rt);
 
 /* The runtime whose worker is calling, or NULL on any other thread. */
-rt_runtime *rt_current(void);
+rt_runtime *rt_current_runtime(void);
 
 /* The number of worker threads of `rt` (0 for NULL). */
 unsigned rt_runtime_workers(const rt_runtime *rt);
 
 /* Runs a future to completion on the runtime and blocks the calling thread
- * until it finishes; the future runs as an ordinary task (rt_current() works
+ * until it finishes; the future runs as an ordinary task (rt_current_runtime() works
  * inside it), over a copy of the `size` bytes at `state`, as rt_spawn.
  * Returns 0 once the future ran: *value holds its result and *status its
  * status (0, its own error, or -ECANCELED when the runtime was shut down
@@ -197,16 +197,15 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
  * thread of any asyncrt runtime, where blocking could deadlock it, or from
  * a drop function run by rt_runtime_shutdown).
  * Any thread that is not a worker. */
-int rt_block_on(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state, size_t size,
-                void **value, int *status);
+#define rt_block_on(rt, poll, drop, state, size, value, status)                                    \
+    rt_block_on_with_site(__FILE__ ":" RT__BLOCK_ON_STR(__LINE__), (rt), (poll), (drop), (state),  \
+                          (size), (value), (status))
 
 /* rt_block_on recording `site` ("file:line" with static storage, or NULL)
- * as where the task was spawned (task.h, "Spawn sites"). */
-int rt_block_on_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, void *state,
-                   size_t size, void **value, int *status);
-#define rt_block_on(rt, poll, drop, state, size, value, status)                                    \
-    rt_block_on_at(__FILE__ ":" RT__BLOCK_ON_STR(__LINE__), (rt), (poll), (drop), (state), (size), \
-                   (value), (status))
+ * as where the task was spawned: what rt_block_on expands to (task.h,
+ * "Spawn sites"). */
+int rt_block_on_with_site(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                          void *state, size_t size, void **value, int *status);
 #define RT__BLOCK_ON_STR(x) RT__BLOCK_ON_STR_(x)
 #define RT__BLOCK_ON_STR_(x) #x
 

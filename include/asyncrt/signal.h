@@ -52,7 +52,7 @@ typedef struct rt_signal rt_signal;
 /* Most listeners the process may hold at once. */
 #define RT_SIGNAL_LISTENERS_MAX 128
 
-/* Starts listening for `signo` on `rt` (NULL: rt_current()): arrivals from
+/* Starts listening for `signo` on `rt` (NULL: rt_current_runtime()): arrivals from
  * now on are seen by this listener's receives. Errors: -EINVAL (out NULL,
  * no runtime, signo not a signal a process can catch and handle
  * asynchronously: SIGKILL, SIGSTOP, the synchronous SIGSEGV, SIGBUS,

@@ -1,18 +1,17 @@
 /* asyncrt: semaphores, mutexes and notifications for tasks.
  *
- * The three are plain structs the caller places anywhere (in a task's state,
- * in a heap object shared by several tasks, in a global) and initialises
- * with their init function, or heap objects with a reference count made by
- * their new function (rt_semaphore_new, rt_mutex_new, rt_notify_new), for a
- * primitive that a task shares with the tasks it spawns when no single one
- * of them is sure to outlive the others: each holder takes a reference
- * (*_ref) and gives it back (*_unref) after dropping its own operations on
- * it, from its drop function too, and the last one frees it. The reference
+ * The three are shared objects on the heap with a reference count, made by
+ * their new function (rt_semaphore_new, rt_mutex_new, rt_notify_new) with
+ * one reference, the caller's, as channels are. A task that hands one to
+ * another task (or thread) gives it a reference of its own (*_clone), and
+ * every holder gives its reference back (*_drop) after dropping its own
+ * operations on it, from its drop function too: the last one frees the
+ * object, so no holder needs to know which of them finishes last. The
  * count is atomic; the decrement is a full barrier, so every use by one
- * holder happens before the free by another. Since the last release frees
- * the object, a release beyond the count is a use after free, which
- * AddressSanitizer reports (the objects come from malloc). Waiting is done with
- * operations (see future.h): init, RT_POLL until RT_READY, RT_DROP if
+ * holder happens before the free by another. Since the last drop frees the
+ * object, a drop beyond the count is a use after free, which
+ * AddressSanitizer reports (the objects come from malloc). Waiting is done
+ * with operations (see future.h): init, RT_POLL_OP until RT_READY, RT_DROP if
  * abandoned. A lock or an acquisition awaited with RT_AWAIT_HOLD in a
  * coroutine is given back by itself when the task ends or is dropped, by
  * the rt_coro_cleanup its drop function runs (see coro.h).
@@ -22,8 +21,8 @@
  *
  * Threads: every function may be called from any thread, tasks and foreign
  * threads alike; one operation is polled by one task (or thread) at a time.
- * The *_blocking functions block the calling thread and fail with -EDEADLK on
- * a worker thread.
+ * The *_wait functions block the calling thread and fail with -EDEADLK on a
+ * worker thread.
  *
  * Abort safety: dropping an operation that is still waiting removes it from
  * the queue, leaving no dangling waker; dropping one that was granted
@@ -32,8 +31,8 @@
  * Never polled: an acquisition, a lock or a notification wait joins its
  * queue only at its first poll (rt_notified_init reads a count, which holds
  * nothing), so one initialised and never polled holds nothing and needs no
- * drop; dropping it or initialising it again is safe. A drop locks the
- * primitive, so it comes before its *_destroy or the caller's *_unref.
+ * drop; dropping it or initialising it again is safe. An operation's drop
+ * locks the primitive, so it comes before the caller's *_drop of it.
  * Every successful acquisition spends one unit of the cooperative budget
  * (rt_coop_proceed). */
 #ifndef ASYNCRT_SYNC_H
@@ -60,41 +59,25 @@ typedef struct rt_waitnode {
 
 /* ---- Semaphore -------------------------------------------------------------*/
 
-/* Counts permits. Fields are private. */
-typedef struct rt_semaphore {
-    uint32_t lock;     /* spinlock over the fields below */
-    uint32_t refs;     /* references (atomic), made by rt_semaphore_new; else 0 */
-    size_t permits;    /* available, not granted to anyone */
-    size_t granted;    /* granted to waiters that have not collected them */
-    rt_waitnode *head; /* oldest waiter */
-    rt_waitnode *tail; /* newest waiter */
-} rt_semaphore;
+/* Counts permits. Opaque. */
+typedef struct rt_semaphore rt_semaphore;
 
 /* Largest number of permits a semaphore may hold or one acquisition ask. */
 #define RT_SEMAPHORE_MAX ((size_t)1 << 48)
-
-/* Starts *sem with `permits` permits. Errors: -EINVAL (sem NULL, permits >
- * RT_SEMAPHORE_MAX). */
-int rt_semaphore_init(rt_semaphore *sem, size_t permits);
-
-/* Ends *sem. Nobody may be waiting on it or use it afterwards. NULL is a
- * no-op. */
-void rt_semaphore_destroy(rt_semaphore *sem);
 
 /* A semaphore on the heap with `permits` permits and one reference, the
  * caller's. Errors: -EINVAL (out NULL, permits > RT_SEMAPHORE_MAX), -ENOMEM.
  * Any thread. */
 int rt_semaphore_new(size_t permits, rt_semaphore **out);
 
-/* Takes one more reference to a semaphore made by rt_semaphore_new and
- * returns it (NULL for NULL; one made by rt_semaphore_init is returned
- * uncounted). Any thread holding a reference. */
-rt_semaphore *rt_semaphore_ref(rt_semaphore *sem);
+/* Takes one more reference and returns sem (NULL for NULL). Any thread
+ * holding a reference. */
+rt_semaphore *rt_semaphore_clone(rt_semaphore *sem);
 
-/* Gives back one reference; the last one ends and frees the semaphore, so
- * the caller must have dropped its operations on it first. NULL, or a
- * semaphore not made by rt_semaphore_new, is a no-op. Any thread. */
-void rt_semaphore_unref(rt_semaphore *sem);
+/* Gives back one reference; the last one frees the semaphore, so the
+ * caller must have dropped its operations on it first, and nobody may be
+ * waiting on it. NULL is a no-op. Any thread. */
+void rt_semaphore_drop(rt_semaphore *sem);
 
 /* Adds n permits and hands them to queued waiters in FIFO order. Errors:
  * -EINVAL (sem NULL, or the count would exceed RT_SEMAPHORE_MAX: nothing is
@@ -131,37 +114,27 @@ int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_
 /* Blocks the calling (foreign) thread until n permits are its own or
  * timeout_ns passes (< 0: no limit). Errors: -ETIMEDOUT (no permit taken),
  * -EDEADLK (a worker thread), -EINVAL (sem NULL, n out of range), -ENOMEM. */
-int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns);
+int rt_semaphore_acquire_wait(rt_semaphore *sem, size_t n, int64_t timeout_ns);
 
 /* ---- Mutex -----------------------------------------------------------------*/
 
 /* An async mutual-exclusion lock: a task waiting for it does not block its
  * worker. FIFO fair: rt_mutex_unlock hands the lock straight to the oldest
  * waiter. It is not tied to a thread (a task may move between workers while
- * holding it) and is not recursive. Fields are private. */
-typedef struct rt_mutex {
-    rt_semaphore sem; /* one permit: the lock */
-} rt_mutex;
-
-/* Starts *m unlocked. Errors: -EINVAL (m NULL). */
-int rt_mutex_init(rt_mutex *m);
-
-/* Ends *m: it must be unlocked, nobody waiting. NULL is a no-op. */
-void rt_mutex_destroy(rt_mutex *m);
+ * holding it) and is not recursive. Opaque. */
+typedef struct rt_mutex rt_mutex;
 
 /* A mutex on the heap, unlocked, with one reference, the caller's. Errors:
  * -EINVAL (out NULL), -ENOMEM. Any thread. */
 int rt_mutex_new(rt_mutex **out);
 
-/* One more reference to a mutex made by rt_mutex_new; returns m (NULL for
- * NULL; one made by rt_mutex_init is returned uncounted). Any thread holding
- * a reference. */
-rt_mutex *rt_mutex_ref(rt_mutex *m);
+/* One more reference; returns m (NULL for NULL). Any thread holding a
+ * reference. */
+rt_mutex *rt_mutex_clone(rt_mutex *m);
 
 /* Gives back one reference; the last one frees the mutex (unlocked, with
- * every operation on it dropped). NULL, or a mutex not made by
- * rt_mutex_new, is a no-op. Any thread. */
-void rt_mutex_unref(rt_mutex *m);
+ * every operation on it dropped). NULL is a no-op. Any thread. */
+void rt_mutex_drop(rt_mutex *m);
 
 /* Takes the lock if it is free and nobody waits for it: 0, or -EBUSY;
  * -EINVAL for m NULL. */
@@ -190,41 +163,26 @@ int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m);
 /* Blocks the calling (foreign) thread until it holds the lock or timeout_ns
  * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread),
  * -EINVAL (m NULL), -ENOMEM. */
-int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns);
+int rt_mutex_lock_wait(rt_mutex *m, int64_t timeout_ns);
 
 /* ---- Notify ----------------------------------------------------------------*/
 
 /* Wakes waiting tasks: one at a time (rt_notify_one, which keeps one permit
  * when nobody waits, so a notification sent just before the wait begins is
- * not lost), or all those waiting (rt_notify_all). Fields are private. */
-typedef struct rt_notify {
-    uint32_t lock;       /* spinlock over the fields below */
-    uint32_t permit;     /* a notify_one that found nobody waiting */
-    uint32_t refs;       /* references (atomic), made by rt_notify_new; else 0 */
-    uint64_t generation; /* rt_notify_all calls so far */
-    rt_waitnode *head;   /* oldest waiter */
-    rt_waitnode *tail;   /* newest waiter */
-} rt_notify;
-
-/* Starts *n with no permit. Errors: -EINVAL (n NULL). */
-int rt_notify_init(rt_notify *n);
-
-/* Ends *n. Nobody may be waiting on it. NULL is a no-op. */
-void rt_notify_destroy(rt_notify *n);
+ * not lost), or all those waiting (rt_notify_all). Opaque. */
+typedef struct rt_notify rt_notify;
 
 /* A notify on the heap, with no permit and one reference, the caller's.
  * Errors: -EINVAL (out NULL), -ENOMEM. Any thread. */
 int rt_notify_new(rt_notify **out);
 
-/* One more reference to a notify made by rt_notify_new; returns n (NULL for
- * NULL; one made by rt_notify_init is returned uncounted). Any thread
- * holding a reference. */
-rt_notify *rt_notify_ref(rt_notify *n);
+/* One more reference; returns n (NULL for NULL). Any thread holding a
+ * reference. */
+rt_notify *rt_notify_clone(rt_notify *n);
 
 /* Gives back one reference; the last one frees the notify (every wait on it
- * dropped). NULL, or a notify not made by rt_notify_new, is a no-op. Any
- * thread. */
-void rt_notify_unref(rt_notify *n);
+ * dropped). NULL is a no-op. Any thread. */
+void rt_notify_drop(rt_notify *n);
 
 /* Wakes the oldest waiter; when nobody waits, stores the permit (at most one:
  * repeated calls do not add up) that the next wait consumes at once. NULL is

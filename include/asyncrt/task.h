@@ -5,9 +5,9 @@
  * handle (rt_task *): a counted reference through which the result is read,
  * the task aborted, or interest given up. Every handle must end in exactly one
  * of: an rt_task_join operation initialised with it (which owns it from
- * then on), rt_task_wait returning 0, or rt_task_detach; each of those
+ * then on), rt_task_wait returning 0, or rt_task_drop; each of those
  * releases it. A spawn that fails writes NULL to its handle. A handle used
- * or released after its release (a second rt_task_detach, a wait or a join
+ * or released after its release (a second rt_task_drop, a wait or a join
  * of a released handle) is reported as misuse (diag.h, RT_REPORT_MISUSE)
  * and changes nothing while the task's memory still exists; once it is
  * freed it is a use after free, which AddressSanitizer reports (under ASan
@@ -38,7 +38,7 @@ extern "C" {
 typedef struct rt_task rt_task;
 
 /* Spawns a task running `poll` over a copy of `size` bytes at `state`.
- * rt: the runtime; NULL means rt_current() (valid only inside a task).
+ * rt: the runtime; NULL means rt_current_runtime() (valid only inside a task).
  * state: copied into the task's own allocation, which keeps it at a stable
  *   address, aligned for any type, until `drop` has run; the caller keeps
  *   ownership of the original bytes. May be NULL when size is 0 (the task then
@@ -56,19 +56,21 @@ typedef struct rt_task rt_task;
  * down or shut down). On any error nothing stays allocated, drop is not
  * called and the state remains the caller's to release.
  * Any thread; concurrently with anything but rt_runtime_free on the same rt. */
-int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-             rt_task **handle);
+#define rt_spawn(rt, poll, drop, state, size, handle)                                              \
+    rt_spawn_ex_with_site(RT__HERE, (rt), NULL, (poll), (drop), (state), (size), (handle))
 
 /* ---- Spawn sites -----------------------------------------------------------
  *
- * The spawn functions are also macros of the same name that pass the
- * caller's file and line to an _at variant, so that a task dump (diag.h)
- * says where every task was spawned at the cost of one pointer argument.
- * The functions themselves stay callable, without a site, through their
- * address or in parentheses: (rt_spawn)(rt, ...). */
+ * rt_spawn, rt_spawn_ex, rt_spawn_local (here), rt_group_spawn (group.h) and
+ * rt_block_on (runtime.h) are macros that pass the caller's file and line to
+ * a function named *_with_site, so that a task dump (diag.h) says where every
+ * task was spawned at the cost of one pointer argument. There is no function
+ * of the macro's name: to spawn through a pointer, or from a language that
+ * cannot expand C macros, call the _with_site function, with a site of your
+ * own ("file:line" with static storage) or NULL. */
 
 /* "file.c:123" of where it is expanded: a string literal. */
-#define RT_HERE __FILE__ ":" RT__STRINGIFY(__LINE__)
+#define RT__HERE __FILE__ ":" RT__STRINGIFY(__LINE__)
 #define RT__STRINGIFY(x) RT__STRINGIFY_(x)
 #define RT__STRINGIFY_(x) #x
 
@@ -78,8 +80,8 @@ int rt_spawn(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state
  * shut down before it finished) and the task's result in `value` (NULL
  * when cancelled); either way the handle is released and the task's drop
  * function has run. Dropped unfinished, it detaches the handle: the task
- * keeps running and its result is discarded (or, with abort_on_drop, it is
- * aborted first). One that was initialised and never polled must still be
+ * keeps running and its result is discarded (or, with cancel_on_drop, it
+ * is cancelled first). One that was initialised and never polled must still be
  * dropped (or awaited): it owns the handle. Otherwise, or when it is
  * initialised again first, the handle is never released: the task still
  * runs to its end, but its memory is never freed (a task dump lists it as
@@ -89,11 +91,11 @@ typedef struct rt_task_join {
     RT_FUTURE_HEADER;
     rt_task *task; /* the handle owned; NULL once finished or dropped */
     void *value;   /* the task's result */
-    /* Set after the init to make a drop of the unfinished join abort the
-     * task (rt_task_abort) before detaching it, so that a time limit or a
+    /* Set after the init to make a drop of the unfinished join cancel the
+     * task (rt_task_cancel) before dropping the handle, so that a time limit or a
      * select around the join cancels the task instead of leaving it to run
      * (Tokio's AbortOnDropHandle). false after the init. */
-    bool abort_on_drop;
+    bool cancel_on_drop;
 } rt_task_join;
 
 /* Prepares to join `task`, taking over its handle (also on error, unless
@@ -132,17 +134,18 @@ int rt_task_set_status(rt_context *cx, int status);
  * result is discarded. The handle must not be used again (see the top for
  * what a second release does). NULL is a no-op. Any thread, including from
  * a drop function. */
-void rt_task_detach(rt_task *task);
+void rt_task_drop(rt_task *task);
 
-/* Requests cancellation. A task that has not finished is not polled again:
- * its drop function runs at its next scheduling point (never in the middle of
- * a poll; a task in the middle of a poll is dropped right after it; an idle
- * task is scheduled by the abort itself, so it is dropped promptly even if
- * nothing would ever wake it) and its joiner gets -ECANCELED. A task that
- * finishes during the poll in progress keeps its result. Aborting a finished
- * task does nothing. The handle stays valid and must still be joined, waited
- * on or detached. NULL is a no-op. Any thread, any number of times. */
-void rt_task_abort(rt_task *task);
+/* Cancels the task (Tokio's abort). A task that has not finished is not
+ * polled again: its drop function runs at its next scheduling point (never
+ * in the middle of a poll; a task in the middle of a poll is dropped right
+ * after it; an idle task is scheduled by the cancel itself, so it is dropped
+ * promptly even if nothing would ever wake it) and its joiner gets
+ * -ECANCELED. A task that finishes during the poll in progress keeps its
+ * result. Cancelling a finished task does nothing. The handle stays valid
+ * and must still be joined, waited on or dropped (rt_task_drop). NULL is a no-op. Any thread, any
+ * number of times. */
+void rt_task_cancel(rt_task *task);
 
 /* True once the task has finished (completed, aborted or cancelled at
  * shutdown): its drop function has run and a subsequent join returns
@@ -153,7 +156,7 @@ bool rt_task_is_finished(const rt_task *task);
  * by reference and returns RT_PENDING, so `return rt_yield(cx);` ends the poll
  * and the task is polled again after every task that was already runnable on
  * its worker (tasks that go on waking each other meanwhile get at most three
- * polls in a row ahead of it). In a coroutine use RT_YIELD. From a poll
+ * polls in a row ahead of it). In a coroutine use RT_CORO_YIELD. From a poll
  * function only. cx NULL: nothing is woken, and it still returns RT_PENDING. */
 rt_poll rt_yield(rt_context *cx);
 
@@ -189,30 +192,24 @@ void rt_spawn_options_init(rt_spawn_options *opts);
  * Extra errors: -EINVAL for a worker index out of range, for
  * RT_WORKER_CURRENT from a thread that is not a worker of rt, or for a local
  * task of another runtime's worker. Any thread, as rt_spawn. */
-int rt_spawn_ex(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
-                const void *state, size_t size, rt_task **handle);
+#define rt_spawn_ex(rt, opts, poll, drop, state, size, handle)                                     \
+    rt_spawn_ex_with_site(RT__HERE, (rt), (opts), (poll), (drop), (state), (size), (handle))
 
 /* Convenience: spawn a local task pinned to the calling worker (only from a
- * task of rt, or of rt_current() when rt is NULL). Arguments and errors as
- * rt_spawn_ex. */
-int rt_spawn_local(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-                   rt_task **handle);
+ * task of rt, or of rt_current_runtime() when rt is NULL). Arguments and
+ * errors as rt_spawn_ex. */
+#define rt_spawn_local(rt, poll, drop, state, size, handle)                                        \
+    rt_spawn_local_with_site(RT__HERE, (rt), (poll), (drop), (state), (size), (handle))
 
 /* rt_spawn_ex recording `site` ("file:line" with static storage, or NULL)
- * as where the task was spawned. What the spawn macros call. */
-int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
-                   rt_drop_fn drop, const void *state, size_t size, rt_task **handle);
+ * as where the task was spawned: what rt_spawn and rt_spawn_ex expand to. */
+int rt_spawn_ex_with_site(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
+                          rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
+                          rt_task **handle);
 
-/* rt_spawn_local recording `site`. */
-int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
-                      const void *state, size_t size, rt_task **handle);
-
-#define rt_spawn(rt, poll, drop, state, size, handle)                                              \
-    rt_spawn_ex_at(RT_HERE, (rt), NULL, (poll), (drop), (state), (size), (handle))
-#define rt_spawn_ex(rt, opts, poll, drop, state, size, handle)                                     \
-    rt_spawn_ex_at(RT_HERE, (rt), (opts), (poll), (drop), (state), (size), (handle))
-#define rt_spawn_local(rt, poll, drop, state, size, handle)                                        \
-    rt_spawn_local_at(RT_HERE, (rt), (poll), (drop), (state), (size), (handle))
+/* rt_spawn_local recording `site`: what rt_spawn_local expands to. */
+int rt_spawn_local_with_site(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
+                             const void *state, size_t size, rt_task **handle);
 
 /* ---- Task identity ---------------------------------------------------------
  *
@@ -230,11 +227,11 @@ const char *rt_task_name(const rt_task *task);
 
 /* The id of the task whose poll (or drop) the calling thread is running on
  * a worker, or 0 when it is not running one. */
-uint64_t rt_task_current_id(void);
+uint64_t rt_current_task_id(void);
 
 /* The name of the task the calling worker is polling, or NULL (no name, or
  * not inside a task's poll). Valid until that poll returns. */
-const char *rt_task_current_name(void);
+const char *rt_current_task_name(void);
 
 /* The index of the worker the calling thread is (0 <= index <
  * rt_runtime_workers), or -1 on any other thread. */
@@ -263,7 +260,7 @@ typedef void *(*rt_blocking_fn)(void *arg);
  * rt_config.blocking_idle_ns without work. Jobs beyond that maximum queue in
  * FIFO order. Use it for blocking system calls, file I/O and long
  * computations that would otherwise hold a worker.
- * handle: as for rt_spawn (join, wait, detach, abort; NULL: detached). A job
+ * handle: as for rt_spawn (join, wait, drop, cancel; NULL: detached). A job
  * aborted before it started never runs: the abort takes it out of the queue
  * and its joiner gets -ECANCELED at once; one already running cannot be
  * interrupted and keeps its result.
@@ -288,7 +285,7 @@ int rt_spawn_blocking_ex(rt_runtime *rt, rt_blocking_fn fn, void (*release)(void
 /* Convenience: spawn with the size of the state object taken from its type.
  * state_ptr must be a typed pointer (the NULL constant does not compile);
  * a NULL one gives -EINVAL, as for rt_spawn with size > 0. */
-#define RT_SPAWN(rt, poll, drop, state_ptr, handle)                                                \
+#define RT_SPAWN_STATE(rt, poll, drop, state_ptr, handle)                                          \
     rt_spawn((rt), (poll), (drop), (state_ptr), sizeof(*(state_ptr)), (handle))
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
  * many timers fall due together, by up to 50 us more, which the reactor
  * waits after a turn that fired several to fire the next in one batch.
  *
- * A sleep is an operation (see future.h): init, RT_POLL until RT_READY,
+ * A sleep is an operation (see future.h): init, RT_POLL_OP until RT_READY,
  * RT_DROP if abandoned. Timeouts and deadlines around any operation are in
  * combine.h. Abort safety: dropping an unfinished sleep or interval cancels
  * its timer; nothing else is lost. Never polled, a sleep or an interval
@@ -49,7 +49,7 @@ typedef struct rt_sleep {
 } rt_sleep;
 
 /* Prepares a sleep of `duration_ns` from now (<= 0: already due).
- * rt: the runtime whose reactor times it; NULL means rt_current().
+ * rt: the runtime whose reactor times it; NULL means rt_current_runtime().
  * Returns 0, or -EINVAL (s NULL, no runtime). Any thread. */
 int rt_sleep_init(rt_sleep *s, rt_runtime *rt, int64_t duration_ns);
 
@@ -57,25 +57,40 @@ int rt_sleep_init(rt_sleep *s, rt_runtime *rt, int64_t duration_ns);
  * rt_sleep_init. */
 int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns);
 
-/* A periodic tick: ready once per period, at start + period, start + 2 x
- * period, ... Unlike other operations it does not finish: after a poll that
- * returned RT_READY (result 0, or a timer error as for rt_sleep), the next
- * poll waits for the next tick. When the poller falls behind by more than a
- * period, the missed ticks are skipped (the next one is the first future
- * multiple), so a slow consumer does not get a burst. Between ticks it holds
- * nothing. Dropped (RT_DROP) while it waits for a tick, it cancels that wait
- * (result -ECANCELED) and stays usable: the next poll waits for the same
- * tick, so an interval that loses a select every round keeps its phase. */
+/* A periodic clock: it ticks at start + period, start + 2 x period, ...,
+ * start being when it was initialised. It is not an operation: it holds no
+ * timer and no memory, and needs no end (drop it by forgetting it). Each
+ * tick is awaited with an rt_interval_tick operation, one at a time. When
+ * the waiter falls behind by more than a period, the missed ticks are
+ * skipped (the next one is the first future multiple), so a slow consumer
+ * does not get a burst. Fields are private. */
 typedef struct rt_interval {
-    RT_FUTURE_HEADER;
-    rt_sleep sleep;    /* the next tick */
+    rt_runtime *rt;    /* whose reactor times the ticks */
+    int64_t next_ns;   /* the next tick, on rt_now_ns()'s clock */
     int64_t period_ns; /* > 0 */
 } rt_interval;
 
-/* Prepares an interval whose first tick is one period from now (rt NULL:
- * rt_current()). Returns 0, or -EINVAL (iv NULL, period_ns <= 0, no
- * runtime). */
+/* Starts an interval whose first tick is one period from now (rt NULL:
+ * rt_current_runtime()). Returns 0, or -EINVAL (iv NULL, period_ns <= 0, no
+ * runtime). Any thread. */
 int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns);
+
+/* Waiting for an interval's next tick: finishes with result 0 at the tick,
+ * and the interval moves on to the following one; or with a timer error as
+ * rt_sleep (the interval then stays on the same tick). Dropped (RT_DROP)
+ * before the tick, it cancels its timer and the interval is unchanged: the
+ * next rt_interval_tick waits for the same tick, so an interval whose tick
+ * loses a select every round keeps its phase. The interval must outlive the
+ * operation. Fields are private but for the header's result. */
+typedef struct rt_interval_tick {
+    RT_FUTURE_HEADER;
+    rt_interval *interval;
+    rt_sleep sleep; /* until interval->next_ns */
+} rt_interval_tick;
+
+/* Prepares the wait for iv's next tick. Returns 0, or -EINVAL (op or iv
+ * NULL; a refused operation is finished with that result). Any thread. */
+int rt_interval_tick_init(rt_interval_tick *op, rt_interval *iv);
 
 #ifdef __cplusplus
 }

@@ -98,7 +98,7 @@ int rt_unix_addr_name(const struct sockaddr_un *addr, socklen_t len, char *buf, 
 
 /* Creates a stream socket bound to `name` and listening with `backlog`,
  * with the RT_UNIX_* `flags`. *out owns it (rt_io_close; the socket file,
- * for a path, is the caller's to unlink). rt NULL means rt_current().
+ * for a path, is the caller's to unlink). rt NULL means rt_current_runtime().
  * Errors: -EINVAL (name or out NULL, unknown flags, no runtime, a bad name),
  * -ENAMETOOLONG, -EADDRINUSE (the name is taken: for a path, a file is
  * there, see RT_UNIX_UNLINK_STALE), -ENOENT (a directory of the path does
@@ -159,13 +159,13 @@ typedef struct rt_unix_connect {
 } rt_unix_connect;
 
 /* Prepares a connection to `name` (read at init; see "Names"). rt NULL
- * means rt_current(). Errors: -EINVAL (op or name NULL, no runtime, a bad
+ * means rt_current_runtime(). Errors: -EINVAL (op or name NULL, no runtime, a bad
  * name), -ENAMETOOLONG. Any thread. */
 int rt_unix_connect_init(rt_unix_connect *op, rt_runtime *rt, const char *name);
 
 /* A connected pair of unnamed sockets (socketpair(2)) of `type`:
  * SOCK_STREAM, SOCK_DGRAM or SOCK_SEQPACKET. *a and *b own them. rt NULL
- * means rt_current(). Errors: -EINVAL (a or b NULL, another type, no
+ * means rt_current_runtime(). Errors: -EINVAL (a or b NULL, another type, no
  * runtime), -EMFILE, -ENFILE, -ENOMEM, -ESHUTDOWN; on error both are NULL
  * and no descriptor is left. Any thread. */
 int rt_unix_pair(rt_runtime *rt, int type, rt_io **a, rt_io **b);
@@ -206,7 +206,7 @@ int rt_unix_peer_addr(rt_io *io, struct sockaddr_un *addr, socklen_t *len);
  * NULL binds an abstract name the kernel chooses (five hex digits), so
  * that replies can reach a client (rt_unix_local_addr tells it). *out owns
  * it (a path's socket file is the caller's to unlink). rt NULL means
- * rt_current(). Errors as rt_unix_listen. Any thread. */
+ * rt_current_runtime(). Errors as rt_unix_listen. Any thread. */
 int rt_unix_dgram_bind(rt_runtime *rt, const char *name, unsigned flags, rt_io **out);
 
 /* Sets the default peer of a datagram socket (connect(2)): rt_io_read and

@@ -181,7 +181,7 @@ RT_EXPORT int rt_spawn_blocking_ex(rt_runtime *rt, rt_blocking_fn fn, void (*rel
     if (handle != NULL)
         *handle = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL || fn == NULL)
         return -EINVAL;
     if (rt__load_acquire_u32(&rt->closing))

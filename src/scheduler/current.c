@@ -1,5 +1,5 @@
 /* The runtime's thread-locals (current.h) and the public questions about the
- * calling thread: rt_current, rt_current_worker, and the task it runs. */
+ * calling thread: rt_current_runtime, rt_current_worker, and the task it runs. */
 #include "current.h"
 
 #include "common.h"
@@ -30,7 +30,7 @@ const void *rt__thread_marker(void)
     return &tls_marker;
 }
 
-RT_EXPORT rt_runtime *rt_current(void)
+RT_EXPORT rt_runtime *rt_current_runtime(void)
 {
     rt__worker *w = rt__tls_worker;
     return w != NULL ? w->rt : NULL;
@@ -42,13 +42,13 @@ RT_EXPORT int rt_current_worker(void)
     return w != NULL ? (int)w->index : -1;
 }
 
-RT_EXPORT uint64_t rt_task_current_id(void)
+RT_EXPORT uint64_t rt_current_task_id(void)
 {
     rt_task *t = rt__task_current();
     return t != NULL ? t->id : 0;
 }
 
-RT_EXPORT const char *rt_task_current_name(void)
+RT_EXPORT const char *rt_current_task_name(void)
 {
     return rt_task_name(rt__task_current());
 }

@@ -7,7 +7,7 @@
 #define RT_SRC_MISUSE_H
 
 /* Reports the misuse through the rt_config.report of the runtime whose
- * worker is calling (rt_current), or rt_report_print on any other thread:
+ * worker is calling (rt_current_runtime), or rt_report_print on any other thread:
  * `function` is the public function misused, `object` what it was given,
  * `what` says what was wrong (a static string). Never blocks on a lock of
  * the object: call it after unlocking. */

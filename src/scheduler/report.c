@@ -65,13 +65,13 @@ void rt__report_misuse(const char *function, const void *object, const char *wha
     memset(&rep, 0, sizeof rep);
     rep.size = sizeof rep;
     rep.kind = RT_REPORT_MISUSE;
-    rep.task_id = rt_task_current_id();
-    rep.task_name = rt_task_current_name();
+    rep.task_id = rt_current_task_id();
+    rep.task_name = rt_current_task_name();
     rep.worker = rt_current_worker();
     rep.function = function;
     rep.object = object;
     rep.what = what;
-    rt_runtime *rt = rt_current();
+    rt_runtime *rt = rt_current_runtime();
     if (rt != NULL)
         rt__report(rt, &rep);
     else

@@ -135,7 +135,7 @@ spawn_impl(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_dro
     if (handle != NULL)
         *handle = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL || poll == NULL || (state == NULL && size > 0) ||
         size > (SIZE_MAX >> 2) - sizeof(rt_task))
         return -EINVAL;
@@ -216,27 +216,16 @@ int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_
     return spawn_impl(rt, opts, poll, drop, state, size, handle, id, site, on_finish, finish_arg);
 }
 
-RT_EXPORT int(rt_spawn_ex)(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll,
-                           rt_drop_fn drop, const void *state, size_t size, rt_task **handle)
-{
-    return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, NULL, NULL, NULL);
-}
-
-RT_EXPORT int rt_spawn_ex_at(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
-                             rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-                             rt_task **handle)
+RT_EXPORT int rt_spawn_ex_with_site(const char *site, rt_runtime *rt, const rt_spawn_options *opts,
+                                    rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                                    size_t size, rt_task **handle)
 {
     return spawn_impl(rt, opts, poll, drop, state, size, handle, 0, site, NULL, NULL);
 }
 
-RT_EXPORT int(rt_spawn)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                        size_t size, rt_task **handle)
-{
-    return spawn_impl(rt, NULL, poll, drop, state, size, handle, 0, NULL, NULL, NULL);
-}
-
-RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,
-                                const void *state, size_t size, rt_task **handle)
+RT_EXPORT int rt_spawn_local_with_site(const char *site, rt_runtime *rt, rt_poll_fn poll,
+                                       rt_drop_fn drop, const void *state, size_t size,
+                                       rt_task **handle)
 {
     rt_spawn_options opts;
     rt_spawn_options_init(&opts);
@@ -244,21 +233,15 @@ RT_EXPORT int rt_spawn_local_at(const char *site, rt_runtime *rt, rt_poll_fn pol
     return spawn_impl(rt, &opts, poll, drop, state, size, handle, 0, site, NULL, NULL);
 }
 
-RT_EXPORT int(rt_spawn_local)(rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop, const void *state,
-                              size_t size, rt_task **handle)
-{
-    return rt_spawn_local_at(NULL, rt, poll, drop, state, size, handle);
-}
-
 /* ---- The current task, abort and waiting ---------------------------------- */
 
 /* What a misuse report says of a handle used after its release. */
 static const char HANDLE_GONE[] = "the join handle was released already";
 
-RT_EXPORT void rt_task_detach(rt_task *task)
+RT_EXPORT void rt_task_drop(rt_task *task)
 {
     if (task != NULL && !rt__task_release_handle(task))
-        rt__report_misuse("rt_task_detach", task, HANDLE_GONE);
+        rt__report_misuse("rt_task_drop", task, HANDLE_GONE);
 }
 
 RT_EXPORT int rt_task_wait(rt_task *task, int64_t timeout_ns, void **value, int *status)
@@ -289,7 +272,7 @@ RT_EXPORT int rt_task_set_status(rt_context *cx, int status)
     return 0;
 }
 
-RT_EXPORT void rt_task_abort(rt_task *task)
+RT_EXPORT void rt_task_cancel(rt_task *task)
 {
     if (task == NULL)
         return;
@@ -337,9 +320,9 @@ static void join_vdrop(rt_future *f)
     rt_task_join *op = (rt_task_join *)f;
     rt_task *task = op->task;
     op->task = NULL;
-    if (op->abort_on_drop)
-        rt_task_abort(task);
-    rt_task_detach(task);
+    if (op->cancel_on_drop)
+        rt_task_cancel(task);
+    rt_task_drop(task);
 }
 
 /* What a join waits for: the task, by id (the task itself is not read: it
@@ -357,14 +340,14 @@ static const rt_future_vtable join_vtable = {join_vpoll, join_vdrop, join_vdescr
 RT_EXPORT int rt_task_join_init(rt_task_join *op, rt_task *task)
 {
     if (op == NULL) {
-        rt_task_detach(task); /* not leaked, as the header says */
+        rt_task_drop(task); /* not leaked, as the header says */
         return -EINVAL;
     }
     op->future.vtable = &join_vtable;
     op->result = 0;
     op->task = task;
     op->value = NULL;
-    op->abort_on_drop = false;
+    op->cancel_on_drop = false;
     if (task == NULL) {
         rt__future_finish(&op->future, -EINVAL);
         return -EINVAL;

@@ -182,7 +182,7 @@ static rt_task *find_local_work(rt__worker *w)
 /* The worker owns RUNNING and saw CANCELLED: drop instead of polling. */
 static void cancel_running(rt__worker *w, rt_task *t)
 {
-    /* The drop runs as the task (rt_task_current_id works in it); a wake of
+    /* The drop runs as the task (rt_current_task_id works in it); a wake of
      * its own waker from there is harmless, the task completes next. */
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     rt__task_drop_future(t);

@@ -155,7 +155,7 @@ rt_task *rt__task_new_job(rt_runtime *rt, rt_blocking_fn fn, void (*release)(voi
                           bool handle)
 {
     uint64_t flags;
-    /* Marked as a job in its prefix, for rt_task_abort. */
+    /* Marked as a job in its prefix, for rt_task_cancel. */
     const rt__task_extras x = {.pinned = RT__TASK_PINNED_JOB};
     rt_task *t = rt__task_alloc(NULL, sizeof(struct job_state), &x, &flags);
     if (t == NULL)

@@ -112,7 +112,7 @@ static rt_poll reader_fill(rt_reader *r, rt_io_read *read, rt_context *cx, int64
 {
     *err = 0;
     rt_io_read_init(read, r->io, r->buf + r->end, r->capacity - r->end);
-    if (RT_POLL(read, cx) == RT_PENDING)
+    if (RT_POLL_OP(read, cx) == RT_PENDING)
         return RT_PENDING;
     if (read->result < 0)
         *err = read->result;
@@ -343,7 +343,7 @@ static rt_poll writer_write_vpoll(rt_future *f, rt_context *cx)
             }
             break;
         case FLUSHING:
-            if (RT_POLL(&op->flush, cx) == RT_PENDING)
+            if (RT_POLL_OP(&op->flush, cx) == RT_PENDING)
                 return RT_PENDING;
             writer_consume(w, op->flush.progress);
             if (op->flush.result < 0)
@@ -351,7 +351,7 @@ static rt_poll writer_write_vpoll(rt_future *f, rt_context *cx)
             op->phase = COPYING;
             break;
         default: /* SENDING */
-            if (RT_POLL(&op->flush, cx) == RT_PENDING)
+            if (RT_POLL_OP(&op->flush, cx) == RT_PENDING)
                 return RT_PENDING;
             op->done += op->flush.progress;
             if (op->flush.result < 0)
@@ -412,7 +412,7 @@ static rt_poll writer_flush_vpoll(rt_future *f, rt_context *cx)
 {
     rt_writer_flush *op = (rt_writer_flush *)f;
     rt_writer *w = op->writer;
-    if (RT_POLL(&op->flush, cx) == RT_PENDING)
+    if (RT_POLL_OP(&op->flush, cx) == RT_PENDING)
         return RT_PENDING;
     writer_consume(w, op->flush.progress);
     return writer_finish(f, &op->writer,

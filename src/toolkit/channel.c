@@ -254,7 +254,7 @@ static int recv_blocking(rt_future *op, void *const *received, int64_t timeout_n
     return err;
 }
 
-RT_EXPORT int rt_oneshot_recv_blocking(rt_oneshot *o, int64_t timeout_ns, void **value)
+RT_EXPORT int rt_oneshot_recv_wait(rt_oneshot *o, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
         *value = NULL;
@@ -894,7 +894,7 @@ static void chan_recv_vdescribe(const rt_future *f, rt_wait_info *info)
     chan_describe(info, RT_WAIT_RECV, ((const rt_chan_recv *)f)->ch);
 }
 
-RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **value)
+RT_EXPORT int rt_chan_recv_wait(rt_chan *ch, int64_t timeout_ns, void **value)
 {
     if (value != NULL)
         *value = NULL;
@@ -903,7 +903,7 @@ RT_EXPORT int rt_chan_recv_blocking(rt_chan *ch, int64_t timeout_ns, void **valu
     return err < 0 ? err : recv_blocking(&op.future, &op.value, timeout_ns, value);
 }
 
-RT_EXPORT int rt_chan_recv_into_blocking(rt_chan *ch, int64_t timeout_ns, void *dst)
+RT_EXPORT int rt_chan_recv_into_wait(rt_chan *ch, int64_t timeout_ns, void *dst)
 {
     unsigned char unwanted[RT_CHAN_VALUE_MAX]; /* where a value not handed back goes */
     rt_chan_recv op;
@@ -1050,13 +1050,13 @@ static int send_blocking(rt_chan_send *op, int err, int64_t timeout_ns)
     return op->result == 0 ? 0 : err;
 }
 
-RT_EXPORT int rt_chan_send_blocking(rt_chan *ch, void *value, int64_t timeout_ns)
+RT_EXPORT int rt_chan_send_wait(rt_chan *ch, void *value, int64_t timeout_ns)
 {
     rt_chan_send op;
     return send_blocking(&op, rt_chan_send_init(&op, ch, value), timeout_ns);
 }
 
-RT_EXPORT int rt_chan_send_copy_blocking(rt_chan *ch, const void *src, int64_t timeout_ns)
+RT_EXPORT int rt_chan_send_copy_wait(rt_chan *ch, const void *src, int64_t timeout_ns)
 {
     rt_chan_send op;
     return send_blocking(&op, rt_chan_send_copy_init(&op, ch, src), timeout_ns);

@@ -37,7 +37,7 @@ static rt_poll timeout_vpoll(rt_future *f, rt_context *cx)
         RT_DROP(&t->sleep);
         return rt__future_finish(f, t->inner->result);
     }
-    if (RT_POLL(&t->sleep, cx) == RT_PENDING)
+    if (RT_POLL_OP(&t->sleep, cx) == RT_PENDING)
         return RT_PENDING;
     int64_t err = t->sleep.result < 0 ? t->sleep.result : -ETIMEDOUT;
     rt_future_drop(t->inner);
@@ -65,7 +65,8 @@ static void timeout_vdescribe(const rt_future *f, rt_wait_info *info)
 
 static const rt_future_vtable timeout_vtable = {timeout_vpoll, timeout_vdrop, timeout_vdescribe};
 
-RT_EXPORT int rt_deadline_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, int64_t deadline_ns)
+RT_EXPORT int rt_timeout_until_init(rt_timeout *t, rt_runtime *rt, rt_future *inner,
+                                    int64_t deadline_ns)
 {
     int err = -EINVAL;
     if (t != NULL) {
@@ -86,7 +87,7 @@ RT_EXPORT int rt_timeout_init(rt_timeout *t, rt_runtime *rt, rt_future *inner, i
 {
     int64_t now = rt_now_ns();
     int64_t deadline = duration_ns > INT64_MAX - now ? INT64_MAX : now + duration_ns;
-    return rt_deadline_init(t, rt, inner, deadline);
+    return rt_timeout_until_init(t, rt, inner, deadline);
 }
 
 /* ---- Select ------------------------------------------------------------------- */

@@ -358,9 +358,9 @@ static rt_poll call_poll(struct rt__fs_job *job, rt_task_join *join, rt_context 
             return RT_READY;
         }
         rt_task_join_init(join, task);
-        join->abort_on_drop = true; /* a dropped operation aborts its job */
+        join->cancel_on_drop = true; /* a dropped operation aborts its job */
     }
-    if (RT_POLL(join, cx) == RT_PENDING)
+    if (RT_POLL_OP(join, cx) == RT_PENDING)
         return RT_PENDING;
     /* The job's release ran before the join saw the end, so the record is
      * the operation's alone now. Cancelled: only a shutdown cancels a job
@@ -381,7 +381,7 @@ static rt_poll call_finish(rt_future *f, struct rt__fs_job **job, int64_t result
  * runs; its release still runs) and lets go of the record. */
 static void call_drop(struct rt__fs_job **job, rt_task_join *join)
 {
-    RT_DROP(join); /* abort_on_drop: aborts, then detaches; nothing if never spawned */
+    RT_DROP(join); /* cancel_on_drop: aborts, then detaches; nothing if never spawned */
     job_unref(*job);
     *job = NULL;
 }
@@ -434,7 +434,7 @@ static void call_describe(const struct rt__fs_job *job, rt_wait_info *info)
 /* The runtime of a path operation: rt, or the current one. */
 static rt_runtime *runtime_of(rt_runtime *rt)
 {
-    return rt != NULL ? rt : rt_current();
+    return rt != NULL ? rt : rt_current_runtime();
 }
 
 /* A record for an operation on file f. */

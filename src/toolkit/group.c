@@ -9,7 +9,7 @@
  * named exactly as any task: nothing wraps its future.
  *
  * Cancellation: each record holds its child's join handle, through which
- * rt_group_cancel aborts the child (rt_task_abort: the future is dropped at
+ * rt_group_cancel aborts the child (rt_task_cancel: the future is dropped at
  * its next scheduling point, never in the middle of a poll). The handle is
  * released by the hook, after the record left the running list, so a
  * record in that list always holds a valid handle, or none yet: the
@@ -110,7 +110,7 @@ RT_EXPORT int rt_group_new_ex(rt_runtime *rt, const rt_group_options *opts, rt_g
         return -EINVAL;
     *out = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL)
         return -EINVAL;
     rt_group *g = rt__calloc(1, sizeof(*g));
@@ -200,7 +200,7 @@ static void group_child_finished(void *arg, rt_task *t, void *value, int status,
      * The handle goes now that no cancel can reach it: the record left the
      * running list under the lock. Never the task's last reference (the
      * completing thread holds its own). */
-    rt_task_detach(t);
+    rt_task_drop(t);
     rt__waker_wake(&owner);
     if (dispose_now && !discard && returned && dispose != NULL)
         dispose(value, dispose_arg);
@@ -210,15 +210,9 @@ static void group_child_finished(void *arg, rt_task *t, void *value, int status,
         group_destroy(g);
 }
 
-RT_EXPORT int(rt_group_spawn)(rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
-                              rt_drop_fn drop, const void *state, size_t size, uint64_t *id)
-{
-    return rt_group_spawn_at(NULL, g, opts, poll, drop, state, size, id);
-}
-
-RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_options *opts,
-                                rt_poll_fn poll, rt_drop_fn drop, const void *state, size_t size,
-                                uint64_t *id)
+RT_EXPORT int rt_group_spawn_with_site(const char *site, rt_group *g, const rt_spawn_options *opts,
+                                       rt_poll_fn poll, rt_drop_fn drop, const void *state,
+                                       size_t size, uint64_t *id)
 {
     if (id != NULL)
         *id = 0;
@@ -279,7 +273,7 @@ RT_EXPORT int rt_group_spawn_at(const char *site, rt_group *g, const rt_spawn_op
     if (!rec->reported) {
         rec->handle = handle;
         if (rec->cancel_pending)
-            rt_task_abort(handle);
+            rt_task_cancel(handle);
     }
     bool free_rec = record_unref_locked(rec);
     bool last = --g->refs == 0; /* this spawn's */
@@ -310,7 +304,7 @@ static void cancel_locked(rt_group *g)
 {
     for (struct child_record *r = g->running_head; r != NULL; r = r->next) {
         if (r->handle != NULL)
-            rt_task_abort(r->handle);
+            rt_task_cancel(r->handle);
         else
             r->cancel_pending = true;
     }
@@ -418,7 +412,7 @@ RT_EXPORT int rt_group_next_init(rt_group_next *op, rt_group *g)
 
 static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
 {
-    rt_group_wait *op = (rt_group_wait *)f;
+    rt_group_join *op = (rt_group_join *)f;
     rt_group *g = op->group;
     if (op->closing) {
         /* Once per poll: each walk of the running list holds the lock that
@@ -468,7 +462,7 @@ static rt_poll group_wait_vpoll(rt_future *f, rt_context *cx)
  * counts are its lock's. */
 static void group_wait_vdescribe(const rt_future *f, rt_wait_info *info)
 {
-    const rt_group_wait *op = (const rt_group_wait *)f;
+    const rt_group_join *op = (const rt_group_join *)f;
     info->kind = RT_WAIT_GROUP;
     info->object = op->group;
     rt__wait_printf(info, "%s of group %p", op->closing ? "close" : "join of every child",
@@ -479,7 +473,7 @@ static void group_wait_vdescribe(const rt_future *f, rt_wait_info *info)
 
 static const rt_future_vtable group_wait_vtable = {group_wait_vpoll, NULL, group_wait_vdescribe};
 
-static int wait_init(rt_group_wait *op, rt_group *g, int closing)
+static int wait_init(rt_group_join *op, rt_group *g, int closing)
 {
     if (op == NULL)
         return -EINVAL;
@@ -494,12 +488,12 @@ static int wait_init(rt_group_wait *op, rt_group *g, int closing)
     return 0;
 }
 
-RT_EXPORT int rt_group_join_all_init(rt_group_wait *op, rt_group *g)
+RT_EXPORT int rt_group_join_all_init(rt_group_join *op, rt_group *g)
 {
     return wait_init(op, g, 0);
 }
 
-RT_EXPORT int rt_group_close_init(rt_group_wait *op, rt_group *g)
+RT_EXPORT int rt_group_close_init(rt_group_join *op, rt_group *g)
 {
     return wait_init(op, g, 1);
 }

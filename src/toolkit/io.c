@@ -141,7 +141,7 @@ RT_EXPORT int rt_io_open(rt_runtime *rt, int fd, rt_io **out)
         return -EINVAL;
     *out = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL)
         return -EINVAL;
     int fl = fcntl(fd, F_GETFL);

@@ -98,7 +98,7 @@ static int bound_socket(rt_runtime *rt, const struct sockaddr *addr, socklen_t l
         return -EINVAL;
     *out = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL)
         return -EINVAL;
     int fd = open_socket(addr, type, flags);
@@ -324,7 +324,7 @@ RT_EXPORT int rt_tcp_connect_init(rt_tcp_connect *op, rt_runtime *rt, const stru
     if (op == NULL)
         return -EINVAL;
     memset(op, 0, sizeof(*op));
-    op->rt = rt != NULL ? rt : rt_current();
+    op->rt = rt != NULL ? rt : rt_current_runtime();
     bool valid = op->rt != NULL && addr != NULL && addr_len > 0 && addr_len <= sizeof op->addr;
     if (valid) {
         memcpy(&op->addr, addr, addr_len);

@@ -192,7 +192,7 @@ RT_EXPORT int rt_process_spawn(rt_runtime *rt, const rt_process_options *o, rt_p
         return -EINVAL;
     *out = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL || o == NULL || o->argv == NULL || o->argv[0] == NULL)
         return -EINVAL;
     const int modes[3] = {o->stdin_mode, o->stdout_mode, o->stderr_mode};
@@ -288,7 +288,7 @@ RT_EXPORT void rt_process_free(rt_process *p)
     free(p);
 }
 
-static rt_poll wait_finish(rt_future *f, rt_process_wait *op, int64_t result)
+static rt_poll wait_finish(rt_future *f, rt_process_exited *op, int64_t result)
 {
     rt_process *p = op->process;
     op->code = p->code;
@@ -301,7 +301,7 @@ static rt_poll wait_finish(rt_future *f, rt_process_wait *op, int64_t result)
 
 static rt_poll wait_vpoll(rt_future *f, rt_context *cx)
 {
-    rt_process_wait *op = (rt_process_wait *)f;
+    rt_process_exited *op = (rt_process_exited *)f;
     rt_process *p = op->process;
     for (;;) {
         int err;
@@ -315,14 +315,14 @@ static rt_poll wait_vpoll(rt_future *f, rt_context *cx)
             /* Readable once the child has ended; looked at after the waker
              * is stored, so an exit after the waitid above wakes us. */
             rt_io_readable_init(&op->exited, p->pidfd);
-            if (RT_POLL(&op->exited, cx) == RT_PENDING)
+            if (RT_POLL_OP(&op->exited, cx) == RT_PENDING)
                 return RT_PENDING;
             continue;
         }
         /* No pidfd: look again a little later. */
         if (op->recheck.future.vtable == NULL || rt_future_is_done(&op->recheck.future))
             rt_sleep_init(&op->recheck, p->rt, RECHECK_NS);
-        if (RT_POLL(&op->recheck, cx) == RT_PENDING)
+        if (RT_POLL_OP(&op->recheck, cx) == RT_PENDING)
             return RT_PENDING;
     }
 }
@@ -331,7 +331,7 @@ static rt_poll wait_vpoll(rt_future *f, rt_context *cx)
  * rt_process_free. */
 static void wait_vdrop(rt_future *f)
 {
-    rt_process_wait *op = (rt_process_wait *)f;
+    rt_process_exited *op = (rt_process_exited *)f;
     RT_DROP(&op->recheck);
     op->process->busy = NULL;
     op->process = NULL;
@@ -340,7 +340,7 @@ static void wait_vdrop(rt_future *f)
 /* The pid is fixed at the spawn; the exit status is the wait's to find. */
 static void wait_vdescribe(const rt_future *f, rt_wait_info *info)
 {
-    const rt_process_wait *op = (const rt_process_wait *)f;
+    const rt_process_exited *op = (const rt_process_exited *)f;
     info->kind = RT_WAIT_PROCESS;
     info->number = op->process->pid;
     rt__wait_printf(info, "exit of process %lld", (long long)op->process->pid);
@@ -348,7 +348,7 @@ static void wait_vdescribe(const rt_future *f, rt_wait_info *info)
 
 static const rt_future_vtable wait_vtable = {wait_vpoll, wait_vdrop, wait_vdescribe};
 
-RT_EXPORT int rt_process_wait_init(rt_process_wait *op, rt_process *p)
+RT_EXPORT int rt_process_exited_init(rt_process_exited *op, rt_process *p)
 {
     if (op == NULL)
         return -EINVAL;

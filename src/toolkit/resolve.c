@@ -212,7 +212,7 @@ static int resolve_start(rt_resolve *op)
     }
     op->job = j;
     rt_task_join_init(&op->join, task);
-    op->join.abort_on_drop = true; /* a dropped lookup aborts a job not started */
+    op->join.cancel_on_drop = true; /* a dropped lookup aborts a job not started */
     return 0;
 }
 
@@ -224,7 +224,7 @@ static rt_poll resolve_vpoll(rt_future *f, rt_context *cx)
         if (err < 0)
             return rt__future_finish(f, err);
     }
-    if (RT_POLL(&op->join, cx) == RT_PENDING)
+    if (RT_POLL_OP(&op->join, cx) == RT_PENDING)
         return RT_PENDING;
     struct rt__resolve_job *j = op->job;
     op->job = NULL;
@@ -250,7 +250,7 @@ static void resolve_vdrop(rt_future *f)
 {
     rt_resolve *op = (rt_resolve *)f;
     if (op->job != NULL) {
-        RT_DROP(&op->join); /* abort_on_drop: aborts, then detaches */
+        RT_DROP(&op->join); /* cancel_on_drop: aborts, then detaches */
         job_unref(op->job);
         op->job = NULL;
     }
@@ -333,7 +333,7 @@ RT_EXPORT int rt_resolve_init(rt_resolve *op, rt_runtime *rt, const char *host, 
         return -EINVAL;
     memset(op, 0, sizeof(*op));
     op->future.vtable = &resolve_vtable;
-    op->rt = rt != NULL ? rt : rt_current();
+    op->rt = rt != NULL ? rt : rt_current_runtime();
     int err = resolve_args(op, host, service, family, flags);
     if (err < 0)
         rt__future_finish(&op->future, err);
@@ -443,7 +443,7 @@ static rt_poll hconnect_vpoll(rt_future *f, rt_context *cx)
 {
     rt_resolve_connect *op = (rt_resolve_connect *)f;
     if (op->resolving) {
-        if (RT_POLL(&op->lookup, cx) == RT_PENDING)
+        if (RT_POLL_OP(&op->lookup, cx) == RT_PENDING)
             return RT_PENDING;
         op->resolving = false;
         if (op->lookup.result < 0) {
@@ -457,7 +457,7 @@ static rt_poll hconnect_vpoll(rt_future *f, rt_context *cx)
     }
     for (;;) {
         for (unsigned i = 0; i < RT_RESOLVE_CONNECT_INFLIGHT; i++) {
-            if (!(op->inflight & (1u << i)) || RT_POLL(&op->attempt[i], cx) == RT_PENDING)
+            if (!(op->inflight & (1u << i)) || RT_POLL_OP(&op->attempt[i], cx) == RT_PENDING)
                 continue;
             if (op->attempt[i].result == 0)
                 return hconnect_win(op, i);
@@ -466,7 +466,7 @@ static rt_poll hconnect_vpoll(rt_future *f, rt_context *cx)
             if ((int)i == op->latest)
                 make_due(op); /* the previous attempt failed: no need to wait */
         }
-        if (op->timing && RT_POLL(&op->stagger, cx) == RT_READY) {
+        if (op->timing && RT_POLL_OP(&op->stagger, cx) == RT_READY) {
             op->timing = false;
             if (op->stagger.result < 0)
                 return hconnect_fail(op, op->stagger.result);
@@ -531,7 +531,7 @@ static void hconnect_prepare(rt_resolve_connect *op, rt_runtime *rt)
     memset(op, 0, sizeof(*op));
     op->future.vtable = &hconnect_vtable;
     op->stagger_ns = RT_RESOLVE_STAGGER_NS;
-    op->rt = rt != NULL ? rt : rt_current();
+    op->rt = rt != NULL ? rt : rt_current_runtime();
     op->latest = -1;
 }
 

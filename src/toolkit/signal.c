@@ -176,7 +176,7 @@ RT_EXPORT int rt_signal_new(rt_runtime *rt, int signo, rt_signal **out)
         return -EINVAL;
     *out = NULL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL || !catchable(signo))
         return -EINVAL;
     rt_signal *s = rt__calloc(1, sizeof(*s));
@@ -292,7 +292,7 @@ static rt_poll signal_recv_vpoll(rt_future *f, rt_context *cx)
          * read above is seen by one of them, or wakes the task. */
         rt_io_readable_init(&op->wakeup, s->wakeup);
         rt_io_readable_init(&op->queued, s->queued);
-        if (RT_POLL(&op->wakeup, cx) == RT_PENDING && RT_POLL(&op->queued, cx) == RT_PENDING)
+        if (RT_POLL_OP(&op->wakeup, cx) == RT_PENDING && RT_POLL_OP(&op->queued, cx) == RT_PENDING)
             return RT_PENDING;
     }
 }

@@ -17,6 +17,7 @@
 #include "operation.h"
 #include "atomic.h"
 #include "common.h"
+#include "sync_internal.h"
 #include "fault.h"
 #include "budget.h"
 #include "waitq.h"
@@ -24,43 +25,34 @@
 
 /* ---- Semaphore -------------------------------------------------------------*/
 
-RT_EXPORT int rt_semaphore_init(rt_semaphore *sem, size_t permits)
+/* A semaphore's fields at its start: `permits` free, nobody waiting, one
+ * reference. */
+static void semaphore_start(rt_semaphore *sem, size_t permits)
 {
-    if (sem == NULL || permits > RT_SEMAPHORE_MAX)
-        return -EINVAL;
     memset(sem, 0, sizeof(*sem));
     sem->permits = permits;
-    return 0;
+    sem->refs = 1;
 }
 
-RT_EXPORT void rt_semaphore_destroy(rt_semaphore *sem)
-{
-    (void)sem; /* nothing is allocated; waiters are the callers' memory */
-}
-
-/* ---- Reference-counted primitives -----------------------------------------
+/* ---- Reference counts -------------------------------------------------------
  *
- * A primitive made by *_new starts with refs 1; one made by *_init has 0 and
- * is never freed here. Each *_unref is an atomic decrement, a full barrier:
- * whatever a holder did with the primitive happens before its decrement,
- * and the holder whose decrement takes the count to 0 frees it after seeing
- * every other decrement, so no use of another holder comes after the free. */
+ * Every primitive starts with refs 1, its creator's. Each *_drop is an
+ * atomic decrement, a full barrier: whatever a holder did with the
+ * primitive happens before its decrement, and the holder whose decrement
+ * takes the count to 0 frees it after seeing every other decrement, so no
+ * use of another holder comes after the free. A *_clone needs no ordering
+ * (a relaxed increment would do; the RMW is the one the atomics layer has):
+ * its caller holds a reference already, so the count cannot reach 0 under
+ * it. */
 
-/* Takes one reference on `refs`, unless the primitive was made by *_init
- * (0: it is not counted, and must never reach a free). A holder of a
- * reference to a counted one always reads at least 1. */
 static void refs_take(uint32_t *refs)
 {
-    if (rt__load_relaxed_u32(refs) != 0)
-        rt__faa_u32(refs, 1);
+    rt__faa_u32(refs, 1);
 }
 
-/* Gives one back: true when it was the last one (the caller frees). A
- * primitive not made by *_new (refs 0) is never freed. */
+/* Gives one back: true when it was the last one (the caller frees). */
 static bool refs_give(uint32_t *refs)
 {
-    if (rt__load_relaxed_u32(refs) == 0)
-        return false;
     return rt__faa_u32(refs, (uint32_t)-1) == 1;
 }
 
@@ -74,23 +66,21 @@ RT_EXPORT int rt_semaphore_new(size_t permits, rt_semaphore **out)
     rt_semaphore *sem = rt__malloc(sizeof(*sem));
     if (sem == NULL)
         return -ENOMEM;
-    rt_semaphore_init(sem, permits);
-    sem->refs = 1;
+    semaphore_start(sem, permits);
     *out = sem;
     return 0;
 }
 
-RT_EXPORT rt_semaphore *rt_semaphore_ref(rt_semaphore *sem)
+RT_EXPORT rt_semaphore *rt_semaphore_clone(rt_semaphore *sem)
 {
     if (sem != NULL)
         refs_take(&sem->refs);
     return sem;
 }
 
-RT_EXPORT void rt_semaphore_unref(rt_semaphore *sem)
+RT_EXPORT void rt_semaphore_drop(rt_semaphore *sem)
 {
     if (sem != NULL && refs_give(&sem->refs)) {
-        rt_semaphore_destroy(sem);
         free(sem);
     }
 }
@@ -285,7 +275,7 @@ static void sem_acquire_vdescribe(const rt_future *f, rt_wait_info *info)
                     op->node.want == 1 ? "" : "s", (const void *)op->sem);
 }
 
-RT_EXPORT int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t timeout_ns)
+RT_EXPORT int rt_semaphore_acquire_wait(rt_semaphore *sem, size_t n, int64_t timeout_ns)
 {
     rt_semaphore_acquire op;
     int err = rt_semaphore_acquire_init(&op, sem, n);
@@ -300,19 +290,6 @@ RT_EXPORT int rt_semaphore_acquire_blocking(rt_semaphore *sem, size_t n, int64_t
 
 /* ---- Mutex -----------------------------------------------------------------*/
 
-RT_EXPORT int rt_mutex_init(rt_mutex *m)
-{
-    if (m == NULL)
-        return -EINVAL;
-    return rt_semaphore_init(&m->sem, 1);
-}
-
-RT_EXPORT void rt_mutex_destroy(rt_mutex *m)
-{
-    if (m != NULL)
-        rt_semaphore_destroy(&m->sem);
-}
-
 RT_EXPORT int rt_mutex_new(rt_mutex **out)
 {
     if (out == NULL)
@@ -321,25 +298,22 @@ RT_EXPORT int rt_mutex_new(rt_mutex **out)
     rt_mutex *m = rt__malloc(sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
-    rt_mutex_init(m);
-    m->sem.refs = 1;
+    semaphore_start(&m->sem, 1);
     *out = m;
     return 0;
 }
 
-RT_EXPORT rt_mutex *rt_mutex_ref(rt_mutex *m)
+RT_EXPORT rt_mutex *rt_mutex_clone(rt_mutex *m)
 {
     if (m != NULL)
         refs_take(&m->sem.refs);
     return m;
 }
 
-RT_EXPORT void rt_mutex_unref(rt_mutex *m)
+RT_EXPORT void rt_mutex_drop(rt_mutex *m)
 {
-    if (m != NULL && refs_give(&m->sem.refs)) {
-        rt_mutex_destroy(m);
+    if (m != NULL && refs_give(&m->sem.refs))
         free(m);
-    }
 }
 
 RT_EXPORT int rt_mutex_try_lock(rt_mutex *m)
@@ -410,27 +384,14 @@ RT_EXPORT int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m)
     return err;
 }
 
-RT_EXPORT int rt_mutex_lock_blocking(rt_mutex *m, int64_t timeout_ns)
+RT_EXPORT int rt_mutex_lock_wait(rt_mutex *m, int64_t timeout_ns)
 {
     if (m == NULL)
         return -EINVAL;
-    return rt_semaphore_acquire_blocking(&m->sem, 1, timeout_ns);
+    return rt_semaphore_acquire_wait(&m->sem, 1, timeout_ns);
 }
 
 /* ---- Notify ----------------------------------------------------------------*/
-
-RT_EXPORT int rt_notify_init(rt_notify *n)
-{
-    if (n == NULL)
-        return -EINVAL;
-    memset(n, 0, sizeof(*n));
-    return 0;
-}
-
-RT_EXPORT void rt_notify_destroy(rt_notify *n)
-{
-    (void)n;
-}
 
 RT_EXPORT int rt_notify_new(rt_notify **out)
 {
@@ -440,23 +401,22 @@ RT_EXPORT int rt_notify_new(rt_notify **out)
     rt_notify *n = rt__malloc(sizeof(*n));
     if (n == NULL)
         return -ENOMEM;
-    rt_notify_init(n);
+    memset(n, 0, sizeof(*n));
     n->refs = 1;
     *out = n;
     return 0;
 }
 
-RT_EXPORT rt_notify *rt_notify_ref(rt_notify *n)
+RT_EXPORT rt_notify *rt_notify_clone(rt_notify *n)
 {
     if (n != NULL)
         refs_take(&n->refs);
     return n;
 }
 
-RT_EXPORT void rt_notify_unref(rt_notify *n)
+RT_EXPORT void rt_notify_drop(rt_notify *n)
 {
     if (n != NULL && refs_give(&n->refs)) {
-        rt_notify_destroy(n);
         free(n);
     }
 }

@@ -3,7 +3,9 @@
  * built on it. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <asyncrt/diag.h>
@@ -48,7 +50,7 @@ static const rt_future_vtable sleep_vtable = {sleep_vpoll, sleep_vdrop, sleep_vd
 RT_EXPORT int rt_sleep_until_init(rt_sleep *s, rt_runtime *rt, int64_t deadline_ns)
 {
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (s == NULL)
         return -EINVAL;
     s->rt = rt;
@@ -185,67 +187,73 @@ static void sleep_vdescribe(const rt_future *f, rt_wait_info *info)
 
 /* ---- Interval ----------------------------------------------------------------- */
 
-/* The interval never finishes: each tick reports RT_READY, gives back the
- * timer that fired and prepares the next one, which the next poll arms. */
-static rt_poll interval_vpoll(rt_future *f, rt_context *cx)
-{
-    rt_interval *iv = (rt_interval *)f;
-    int err;
-    if (sleep_poll_timer(&iv->sleep, cx, &err) == RT_PENDING)
-        return RT_PENDING;
-    iv->result = err;
-    int64_t next = iv->sleep.deadline_ns;
-    if (err == 0) {
-        /* The tick happened: the next one skips the ticks already missed. */
-        next += iv->period_ns;
-        int64_t now = rt_now_ns();
-        if (next <= now)
-            next += ((now - next) / iv->period_ns + 1) * iv->period_ns;
-    }
-    rt_runtime *rt = iv->sleep.rt;
-    sleep_release(&iv->sleep);
-    rt_sleep_until_init(&iv->sleep, rt, next);
-    return RT_READY;
-}
-
-static void interval_vdrop(rt_future *f);
-static void interval_vdescribe(const rt_future *f, rt_wait_info *info);
-static const rt_future_vtable interval_vtable = {interval_vpoll, interval_vdrop,
-                                                 interval_vdescribe};
-
-/* Cancels the wait for the tick in progress, and leaves the interval
- * usable: rt_future_drop marked it finished, which an interval never is, so
- * its vtable goes back. The next poll waits for the same tick again; a
- * select that drops an interval it did not choose keeps its phase. */
-static void interval_vdrop(rt_future *f)
-{
-    sleep_release(&((rt_interval *)f)->sleep);
-    f->vtable = &interval_vtable;
-}
-
-static void interval_vdescribe(const rt_future *f, rt_wait_info *info)
-{
-    const rt_interval *iv = (const rt_interval *)f;
-    info->kind = RT_WAIT_SLEEP;
-    info->deadline_ns = iv->sleep.deadline_ns;
-    rt__wait_printf(info, "interval tick until ");
-    rt__wait_from_now(info, iv->sleep.deadline_ns);
-    rt__wait_printf(info, " (every ");
-    rt__wait_seconds(info, iv->period_ns, false);
-    rt__wait_printf(info, ")");
-}
-
 RT_EXPORT int rt_interval_init(rt_interval *iv, rt_runtime *rt, int64_t period_ns)
 {
     if (iv == NULL)
         return -EINVAL;
-    int err = period_ns <= 0 ? -EINVAL : rt_sleep_init(&iv->sleep, rt, period_ns);
+    memset(iv, 0, sizeof(*iv));
+    if (rt == NULL)
+        rt = rt_current_runtime();
+    if (rt == NULL || period_ns <= 0)
+        return -EINVAL;
+    int64_t now = rt_now_ns();
+    iv->rt = rt;
     iv->period_ns = period_ns;
-    iv->future.vtable = &interval_vtable;
-    iv->result = 0;
+    iv->next_ns = period_ns > INT64_MAX - now ? INT64_MAX : now + period_ns;
+    return 0;
+}
+
+/* At the tick the interval moves on, skipping the ticks already missed. */
+static rt_poll tick_vpoll(rt_future *f, rt_context *cx)
+{
+    rt_interval_tick *op = (rt_interval_tick *)f;
+    int err;
+    if (sleep_poll_timer(&op->sleep, cx, &err) == RT_PENDING)
+        return RT_PENDING;
+    sleep_release(&op->sleep);
+    rt_interval *iv = op->interval;
+    if (err == 0) {
+        int64_t next = iv->next_ns + iv->period_ns;
+        int64_t now = rt_now_ns();
+        if (next <= now)
+            next += ((now - next) / iv->period_ns + 1) * iv->period_ns;
+        iv->next_ns = next;
+    }
+    return rt__future_finish(f, err);
+}
+
+static void tick_vdrop(rt_future *f)
+{
+    sleep_release(&((rt_interval_tick *)f)->sleep);
+}
+
+static void tick_vdescribe(const rt_future *f, rt_wait_info *info)
+{
+    const rt_interval_tick *op = (const rt_interval_tick *)f;
+    info->kind = RT_WAIT_SLEEP;
+    info->deadline_ns = op->sleep.deadline_ns;
+    rt__wait_printf(info, "interval tick until ");
+    rt__wait_from_now(info, op->sleep.deadline_ns);
+    rt__wait_printf(info, " (every ");
+    rt__wait_seconds(info, op->interval->period_ns, false);
+    rt__wait_printf(info, ")");
+}
+
+static const rt_future_vtable tick_vtable = {tick_vpoll, tick_vdrop, tick_vdescribe};
+
+RT_EXPORT int rt_interval_tick_init(rt_interval_tick *op, rt_interval *iv)
+{
+    if (op == NULL)
+        return -EINVAL;
+    op->interval = iv;
+    op->sleep.timer = NULL;
+    op->future.vtable = &tick_vtable;
+    op->result = 0;
+    int err = iv == NULL || iv->rt == NULL ? -EINVAL
+                                           : rt_sleep_until_init(&op->sleep, iv->rt, iv->next_ns);
     if (err < 0) {
-        iv->sleep.timer = NULL;
-        rt__future_finish(&iv->future, err);
+        op->sleep.timer = NULL;
+        rt__future_finish(&op->future, err);
     }
     return err;
 }

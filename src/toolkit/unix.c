@@ -136,7 +136,7 @@ static int bound_socket(rt_runtime *rt, const char *name, int type, int backlog,
     if ((flags & ~KNOWN_FLAGS) != 0 || (name == NULL && type == SOCK_STREAM))
         return -EINVAL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL)
         return -EINVAL;
     struct sockaddr_un addr;
@@ -212,7 +212,7 @@ RT_EXPORT int rt_unix_pair(rt_runtime *rt, int type, rt_io **a, rt_io **b)
         (type != SOCK_STREAM && type != SOCK_DGRAM && type != SOCK_SEQPACKET))
         return -EINVAL;
     if (rt == NULL)
-        rt = rt_current();
+        rt = rt_current_runtime();
     if (rt == NULL)
         return -EINVAL;
     int fds[2];
@@ -342,7 +342,7 @@ static rt_poll connect_vpoll(rt_future *f, rt_context *cx)
     }
     for (;;) {
         if (op->pausing) {
-            if (RT_POLL(&op->pause, cx) == RT_PENDING)
+            if (RT_POLL_OP(&op->pause, cx) == RT_PENDING)
                 return RT_PENDING;
             op->pausing = false;
             if (op->pause.result < 0) /* -ESHUTDOWN, -ENOMEM */
@@ -415,7 +415,7 @@ RT_EXPORT int rt_unix_connect_init(rt_unix_connect *op, rt_runtime *rt, const ch
     op->future.vtable = &connect_vtable;
     op->fd = -1;
     op->backoff_ns = RT_MS(1);
-    op->rt = rt != NULL ? rt : rt_current();
+    op->rt = rt != NULL ? rt : rt_current_runtime();
     int err = op->rt == NULL ? -EINVAL : rt_unix_addr(name, &op->addr, &op->addr_len);
     if (err < 0) {
         rt__future_finish(&op->future, err);
