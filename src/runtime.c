@@ -9,6 +9,7 @@
 #include "atomic.h"
 #include "blocking.h"
 #include "cpus.h"
+#include "diagnostics.h"
 #include "dump_signal.h"
 #include "io_internal.h"
 #include "runtime_object.h"
@@ -104,6 +105,9 @@ static int init_shards(rt_runtime *rt)
  * milliseconds; else 0. */
 static int64_t stall_ns_from_env(void)
 {
+#ifndef RT_HAVE_DIAGNOSTICS
+    return 0; /* no watchdog to start: the variable is for diagnosing */
+#endif
     const char *v = getenv("ASYNCRT_STALL_MS");
     if (v == NULL || *v == '\0')
         return 0;
@@ -128,6 +132,12 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1 || cfg->dump_signal < 0 ||
         (cfg->dump_signal > 0 && cfg->dump_fd < 0))
         return -EINVAL;
+#ifndef RT_HAVE_DIAGNOSTICS
+    /* Built without diagnostics: nothing could do what these ask. */
+    if (cfg->stall_ns > 0 || cfg->poll_timing != 0 || cfg->dump_signal > 0)
+        return -ENOSYS;
+#endif
+    rt__diag_install();
     int64_t stall_ns = cfg->stall_ns > 0 ? cfg->stall_ns : stall_ns_from_env();
 
     rt_runtime *rt = rt__aligned_alloc(RT_CACHELINE, sizeof(*rt));
@@ -135,7 +145,6 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rt->config = *cfg;
-    rt->idle_sweep = rt__lost_wakeup_sweep;
     rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__default_workers();
     if (rt->nworkers > RT_MAX_WORKERS)
         rt->nworkers = RT_MAX_WORKERS;

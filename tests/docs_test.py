@@ -77,6 +77,10 @@ class Block:
         return "\n".join(text for _, text in self.lines)
 
 
+# The documents whose programs use the diagnostics (task dumps, traces).
+DIAGNOSTIC_DOCS = ("docs/debugging.md", "docs/tracing.md")
+
+
 def dedent(text, indent):
     return text[len(indent):] if text.startswith(indent) else text.lstrip()
 
@@ -300,6 +304,8 @@ def compile_block(block, args, tmp):
         return "compiler said:\n" + (built.stdout + built.stderr).rstrip()
     if block.kind != "run":
         return None
+    if args.no_diagnostics and block.doc in DIAGNOSTIC_DOCS:
+        return None  # a library built without diagnostics: built, not run
     try:
         ran = subprocess.run([os.path.join(tmp, name)], cwd=tmp, stdin=subprocess.DEVNULL,
                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -461,6 +467,9 @@ def main():
     ap.add_argument("--cc", action="append", default=[], help="a word of the compiler's command")
     ap.add_argument("--cflag", action="append", default=[], help="default -pthread")
     ap.add_argument("--ldflag", action="append", default=[], help="after the library; default -pthread")
+    ap.add_argument("--no-diagnostics", action="store_true",
+                    help="the library is built without diagnostics: the programs of "
+                    "docs/debugging.md and docs/tracing.md are built but not run")
     ap.add_argument("only", nargs="*", help="FILE or FILE:LINE: only these blocks")
     args = ap.parse_args()
     args.cc = args.cc or ["cc"]

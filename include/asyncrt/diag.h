@@ -16,7 +16,14 @@
  * Where a task was spawned is recorded by the spawn functions, which are
  * macros passing the caller's file and line (task.h). Neither costs more
  * than a store at run time. Poll counts and times need
- * rt_config.poll_timing. */
+ * rt_config.poll_timing.
+ *
+ * A library built without diagnostics (meson option diagnostics=false) has
+ * none of this: rt_runtime_tasks, rt_runtime_dump and rt_runtime_dump_fd
+ * return -ENOSYS (after their argument checks), rt_runtime_new refuses
+ * stall_ns, poll_timing and dump_signal with -ENOSYS, ASYNCRT_STALL_MS is
+ * ignored and no lost wake-up is reported. Misuse reports (RT_REPORT_MISUSE)
+ * come in every build. */
 #ifndef ASYNCRT_DIAG_H
 #define ASYNCRT_DIAG_H
 

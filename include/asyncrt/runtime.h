@@ -82,7 +82,9 @@ typedef struct rt_config {
      * reactor at once). >= 0. Default 500 us. */
     int64_t reactor_nap_ns;
 
-    /* ---- Diagnostics (diag.h) ---- */
+    /* ---- Diagnostics (diag.h) ----
+     * A library built without diagnostics refuses poll_timing, stall_ns and
+     * dump_signal with -ENOSYS and ignores ASYNCRT_STALL_MS. */
 
     /* Time every poll: per-task poll counts, busy and idle time in task
      * dumps, and the per-worker histograms of poll durations and scheduling

@@ -60,8 +60,9 @@ extern "C" {
  * Errors: -EINVAL (rt or path NULL), -EBUSY (a trace already records in
  * this process, of this or another runtime), -ESHUTDOWN (rt is shut down
  * or shutting down), -ENOMEM (the buffers), and the errors of open(2) on
- * path (-ENOENT, -EACCES, -EISDIR, -EMFILE, ...). On error nothing
- * records, nothing is allocated and no file was created. Any thread. */
+ * path (-ENOENT, -EACCES, -EISDIR, -EMFILE, ...), -ENOSYS (a library
+ * built without diagnostics: no recorder). On error nothing records,
+ * nothing is allocated and no file was created. Any thread. */
 int rt_trace_start(rt_runtime *rt, const char *path);
 
 /* Stops the trace of `rt` and writes it to the file named at start, then
@@ -73,7 +74,8 @@ int rt_trace_start(rt_runtime *rt, const char *path);
  * rt_runtime_shutdown (and so rt_runtime_free) stops and writes an active
  * trace of its runtime before its workers stop; rt_trace_stop afterwards
  * returns -ENOENT.
- * Returns 0, or -EINVAL (rt NULL), -ENOENT (no trace of rt records), or
+ * Returns 0, or -EINVAL (rt NULL), -ENOENT (no trace of rt records),
+ * -ENOSYS (built without diagnostics), or
  * the error of writing the file (-ENOSPC, -EIO, ...) or -ENOMEM: the trace
  * is then stopped and its buffers freed all the same, with the file cut
  * short. Any thread. */

@@ -28,6 +28,7 @@
 
 #include "atomic.h"
 #include "common.h"
+#include "diag_hooks.h"
 
 #ifdef RT_HAVE_SDT
 #include <sys/sdt.h>
@@ -49,24 +50,17 @@ enum rt__ev_type {
     RT__EVT_TIMER_FIRE,
 };
 
-/* Nonzero while a trace records (trace_buf.c owns it). Read relaxed: a
- * thread that sees it late only misses or adds events at the edges of the
- * trace, and rt__trace_record checks it again under its own protocol.
- * Hidden, so that the load is one PC-relative access, not through the GOT. */
-extern uint32_t rt__trace_active __attribute__((visibility("hidden")));
-
-/* Records one event into the calling thread's trace buffer (trace_buf.c);
- * called only through RT__EV_TRACE. `arg`: the event's extra integer (the
- * victim of a steal, ready for a poll's end, the event count of a turn).
- * Cold: the compiler keeps the call and its argument set-up off the path
- * that runs while no trace records. */
-__attribute__((cold)) void rt__trace_record(uint32_t type, uint64_t task, int worker, uint64_t arg);
-
+#ifdef RT_HAVE_DIAGNOSTICS
+/* While a trace records (diag_hooks.h), the event goes to the recorder. */
 #define RT__EV_TRACE(type, task, worker, arg)                                                      \
     do {                                                                                           \
         if (rt__unlikely(rt__load_relaxed_u32(&rt__trace_active) != 0))                            \
-            rt__trace_record((type), (task), (worker), (arg));                                     \
+            rt__trace_event((type), (task), (worker), (arg));                                      \
     } while (0)
+#else
+/* A build without diagnostics has no recorder: nothing at all. */
+#define RT__EV_TRACE(type, task, worker, arg) ((void)0)
+#endif
 
 #ifdef RT_HAVE_SDT
 #define RT__EV_PROBE1(name, a) STAP_PROBE1(asyncrt, name, a)

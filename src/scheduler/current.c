@@ -2,6 +2,9 @@
  * calling thread: rt_current_runtime, rt_current_worker, and the task it runs. */
 #include "current.h"
 
+#include <asyncrt/coro.h>
+
+#include "atomic.h"
 #include "common.h"
 #include "task_internal.h"
 
@@ -51,4 +54,17 @@ RT_EXPORT uint64_t rt_current_task_id(void)
 RT_EXPORT const char *rt_current_task_name(void)
 {
     return rt_task_name(rt__task_current());
+}
+
+/* The coroutine mark (RT_CORO_BEGIN): the task the calling worker polls has
+ * a coroutine record at the start of its state, whose status a finish
+ * reads (worker.c). */
+RT_EXPORT void rt_coro_started(rt_coro *co)
+{
+    rt__worker *w = rt__worker_current();
+    rt_task *t = w != NULL ? w->own.current : NULL;
+    if (t == NULL || (void *)co != (void *)t->future_state)
+        return;
+    if (!(rt__load_relaxed_u64(&t->state) & RT__TASK_CORO))
+        rt__task_state_set_coro(t);
 }

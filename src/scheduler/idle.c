@@ -175,7 +175,7 @@ void rt__park_worker(rt__worker *w)
     /* No timer waits on a sleeping worker. */
     rt__timer_batch_flush(&rt->reactor, &w->own.timer_batch);
     assert(w->own.deferred_head == NULL && w->own.lifo == NULL && w->own.local_head == NULL);
-    rt->idle_sweep(w);
+    rt__lost_wakeup_sweep(w);
     /* A lost wake-up report holds each task it names for a look; one
      * aborted meanwhile was queued here when the look ended. */
     if (w->own.lifo != NULL || w->own.local_head != NULL || w->own.deferred_head != NULL)

@@ -1,64 +1,25 @@
 /* Lost wake-up detection: before a worker parks, it sweeps its registry and
- * the foreign shards (registry.h, rt__registry_sweep), and reports each
- * waiting task that nothing can wake any more, with what a dump would say of
- * it (dump.c). The worker reaches it through rt_runtime.idle_sweep, so that
- * the idle path depends on no diagnostics code. */
-#include <sched.h>
-#include <stdio.h>
-#include <string.h>
-
-#include <asyncrt/diag.h>
-
+ * the foreign shards (registry.h, rt__registry_sweep), which releases the
+ * entries of finished tasks and finds each waiting task that nothing can
+ * wake any more; those go to the diagnostics' report (src/diag/dump.c,
+ * through diag_hooks.h), which says of each what a dump would. */
 #include "atomic.h"
+#include "diag_hooks.h"
 #include "runtime_object.h"
 
-/* Reports the lost wake-ups a sweep found, counts them in w's metrics and
- * drops the reference each entry holds. No lock held. */
+/* Hands what a sweep found to the diagnostics' report (diag_hooks.h), or
+ * without them only drops the references the entries hold: a build
+ * without diagnostics still sweeps, for the memory of finished tasks, but
+ * reports nothing. No lock held. */
 static void report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
 {
-    rt_runtime *rt = w->rt;
-    rt__reactor_look_begin(&rt->reactor);
-    for (unsigned i = 0; i < n; i++) {
-        rt_task *t = rt__registry_task(&lost[i]);
-        rt_task_info info;
-        /* Nothing can wake it, but an abort may have come since: then it
-         * is no longer waiting and not worth a report. A dump may be
-         * holding it for its own look (it then seems running): that ends
-         * in a moment, and the report is made after it. */
-        bool ok;
-        while ((ok = rt__describe_task(rt, t, lost[i].site, &info, rt__now_ns())) &&
-               info.state != RT_TASK_WAITING) {
-            uint64_t s = rt__load_acquire_u64(&t->state);
-            if ((s & (RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED)) ||
-                rt__polling_worker(rt, t) >= 0)
-                break;
-            sched_yield();
-        }
-        bool report = ok && info.state == RT_TASK_WAITING;
-        /* The name lives in the task: copied, so that the reference can go
-         * before the report. Whoever the report tells and then looks at the
-         * task sees it as lost, referenced by the runtime alone. */
-        char name[RT_TASK_NAME_MAX + 1];
-        if (report && info.name != NULL)
-            snprintf(name, sizeof name, "%s", info.name);
-        rt__task_unref(t, 1);
-        if (report) {
-            rt__stat_add(&w->stats.lost_wakeups, 1);
-            rt_report rep;
-            memset(&rep, 0, sizeof rep);
-            rep.size = sizeof rep;
-            rep.kind = RT_REPORT_LOST_WAKEUP;
-            rep.task_id = info.id;
-            rep.task_name = info.name != NULL ? name : NULL;
-            rep.worker = -1;
-            rep.await_file = info.await_file; /* static strings */
-            rep.await_line = info.await_line;
-            rep.await_function = info.await_function;
-            rep.spawned_at = info.spawned_at;
-            rt__report(rt, &rep);
-        }
+    const rt__diag_hooks *h = rt__diag_hooks_get();
+    if (h != NULL) {
+        h->report_lost(w, lost, n);
+        return;
     }
-    rt__reactor_look_end(&rt->reactor);
+    for (unsigned i = 0; i < n; i++)
+        rt__task_unref(rt__registry_task(&lost[i]), 1);
 }
 
 /* Whether enough polls ran since the last sweep to make a scan of `len`

@@ -73,11 +73,6 @@ struct rt_runtime {
     struct rt__blocking_pool *blocking;
     uint64_t blocking_abandoned;
 
-    /* What a worker does before it parks: look for lost wake-ups
-     * (rt__lost_wakeup_sweep, set by rt_runtime_new). Called through this
-     * pointer so that the idle path calls no diagnostics code directly. */
-    void (*idle_sweep)(rt__worker *w);
-
     /* The stall watchdog, or NULL; stalls it reported. */
     struct rt__watchdog *watchdog;
     /* The dump on rt_config.dump_signal, or NULL (dump_signal.c). */
@@ -91,11 +86,6 @@ struct rt_runtime {
     unsigned threads_started;
 };
 
-/* Schedules a task whose NOTIFIED bit the caller just set, with the queue
- * reference the caller owns: onto the calling worker's deque when it is a
- * worker of the task's runtime, else onto the injector. */
-void rt__schedule(rt_task *t);
-
 /* Schedules n such tasks of `rt` from a thread that is not its worker: the
  * reactor's wake batch (rt__reactor_hooks.schedule_woken). Local tasks go to
  * their worker's inbox; the others in one splice into the wakes queue, then
@@ -107,33 +97,6 @@ void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n);
  * injector and the wakes queue. Shutdown, once every worker has exited and
  * every task is finished. */
 void rt__scheduler_drain(rt_runtime *rt);
-
-struct rt_report;
-
-/* Sends a report to rt_config.report (or rt_report_print). dump.c. */
-void rt__report(rt_runtime *rt, const struct rt_report *rep);
-
-/* What a dump says of `t` (spawned at `site`), into *info; false when there
- * is nothing to say (finished and never to be joined). A waiting task is
- * held for the look, and queued if a wake came meanwhile. dump.c. */
-bool rt__describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_info *info,
-                       int64_t now);
-
-/* The worker whose `current` is t, or -1 (a relaxed look: a moment old).
- * dump.c. */
-int rt__polling_worker(rt_runtime *rt, rt_task *t);
-
-/* Whether task `t` (a pointer that may be stale: it is only compared) is
- * in a registry of rt; if so takes a reference on it and sets *site to
- * where it was spawned. dump.c, for the watchdog. */
-bool rt__find_task_ref(rt_runtime *rt, rt_task *t, const char **site);
-
-/* The stall watchdog (watchdog.c): started by rt_runtime_new when
- * rt_config.stall_ns (or ASYNCRT_STALL_MS) asks for it; stopped and freed
- * by shutdown. NULL when off. */
-struct rt__watchdog;
-int rt__watchdog_start(rt_runtime *rt, int64_t stall_ns, struct rt__watchdog **out);
-void rt__watchdog_stop(struct rt__watchdog *wd);
 
 /* Whether no worker of `rt` is parked or announcing its park (a seq_cst
  * snapshot of the idle word; the reactor's nap check). */

@@ -72,3 +72,34 @@ bool rt__runtime_io_accepted(rt_runtime *rt)
     pthread_mutex_unlock(&rt->io_lock);
     return open;
 }
+
+rt__worker *rt__runtime_worker(rt_runtime *rt, unsigned index)
+{
+    return &rt->workers[index];
+}
+
+unsigned rt__runtime_foreign_shards(rt_runtime *rt)
+{
+    return rt->nforeign;
+}
+
+rt__foreign_shard *rt__runtime_foreign_shard(rt_runtime *rt, unsigned index)
+{
+    return &rt->foreign[index];
+}
+
+pthread_mutex_t *rt__runtime_lifecycle_lock(rt_runtime *rt)
+{
+    return &rt->lifecycle_lock;
+}
+
+bool rt__runtime_shut_down(rt_runtime *rt)
+{
+    return rt->shut_down;
+}
+
+void rt__runtime_count_stall(rt_runtime *rt)
+{
+    /* A relaxed add of the one writer; rt_metrics_read reads it relaxed. */
+    rt__stat_add(&rt->stalls, 1);
+}

@@ -12,7 +12,11 @@
 #include <asyncrt/diag.h>
 #include <asyncrt/runtime.h>
 
+#include <pthread.h>
+
 #include "reactor.h"
+#include "registry.h"
+#include "worker.h"
 
 struct rt_io;
 
@@ -25,6 +29,16 @@ rt__reactor *rt__runtime_reactor(rt_runtime *rt);
  * a waiting operation checks it to end with -ESHUTDOWN rather than wait for
  * a wake that shutdown will not send. */
 bool rt__runtime_closing(rt_runtime *rt);
+
+/* Schedules a task whose NOTIFIED bit the caller just set, with the queue
+ * reference the caller owns: onto the calling worker's deque when it is a
+ * worker of the task's runtime, else onto the injector. */
+void rt__schedule(rt_task *t);
+
+struct rt_report;
+
+/* Sends a report to rt_config.report (or rt_report_print). report.c. */
+void rt__report(rt_runtime *rt, const struct rt_report *rep);
 
 /* ---- Open rt_io objects, closed by shutdown if the user has not ---------- */
 
@@ -47,8 +61,24 @@ struct rt_io *rt__runtime_io_take_all(rt_runtime *rt);
  * it before it starts, as rt__runtime_io_track does. */
 bool rt__runtime_io_accepted(rt_runtime *rt);
 
-/* rt_runtime_tasks; with wait false it gives up with -ESHUTDOWN rather
- * than wait for a shutdown in progress (the reactor's dump). dump.c. */
-int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait);
+/* ---- For the diagnostics (src/diag/), which look at every worker ------- */
+
+/* Worker `index` of rt (index < rt_runtime_workers(rt)). The part of a
+ * worker others may read is documented in worker.h. Any thread. */
+rt__worker *rt__runtime_worker(rt_runtime *rt, unsigned index);
+
+/* The registries of tasks spawned by foreign threads: how many, and shard
+ * `index` (each under its own lock, registry.h). Any thread. */
+unsigned rt__runtime_foreign_shards(rt_runtime *rt);
+rt__foreign_shard *rt__runtime_foreign_shard(rt_runtime *rt, unsigned index);
+
+/* The lock that keeps task dumps and rt_runtime_shutdown apart, and, read
+ * under it, whether shutdown has finished. */
+pthread_mutex_t *rt__runtime_lifecycle_lock(rt_runtime *rt);
+bool rt__runtime_shut_down(rt_runtime *rt);
+
+/* Counts one stall the watchdog reported (rt_metrics.stalls). The
+ * watchdog's thread only. */
+void rt__runtime_count_stall(rt_runtime *rt);
 
 #endif

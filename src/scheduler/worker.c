@@ -192,6 +192,7 @@ static void cancel_running(rt__worker *w, rt_task *t)
     rt__task_complete(t, true, 1); /* and the run queue's reference */
 }
 
+#ifdef RT_HAVE_DIAGNOSTICS
 /* The log2 bucket of a duration (metrics.h, RT_HIST_BUCKETS). */
 static inline unsigned hist_bucket(uint64_t ns)
 {
@@ -241,6 +242,27 @@ static void note_poll_origin(rt__worker *w, rt_task *t, uint64_t s)
     rt__store_relaxed_ptr((void **)&w->poll_origin_site, co != NULL ? (void *)co->site : NULL);
 }
 
+/* The poll of run_task while something watches polls: poll timing, the
+ * stall watchdog's note of where a coroutine resumes, the trace's events
+ * (RT__EV_POLL_START and END: probe and trace). */
+__attribute__((noinline, cold)) static rt_poll watched_poll(rt__worker *w, rt_task *t, uint64_t s,
+                                                            rt_context *cx, void **out)
+{
+    int64_t start = 0;
+    bool timed = w->instrumented && (s & RT__TASK_TIMED);
+    if (timed)
+        start = timed_poll_start(w, t);
+    if (w->watched)
+        note_poll_origin(w, t, s);
+    RT__EV_POLL_START(t->id, w->index);
+    rt_poll r = t->u.poll(t->future_state, cx, out);
+    RT__EV_POLL_END(t->id, w->index, r == RT_READY);
+    if (timed)
+        timed_poll_end(w, t, start);
+    return r;
+}
+#endif
+
 /* Polls `t`, popped from a run queue with the queue's reference: claims it,
  * polls it with the worker's budget, and completes, requeues or idles it by
  * what the poll returned and what happened meanwhile. */
@@ -272,23 +294,25 @@ static void run_task(rt__worker *w, rt_task *t)
 
     rt_context cx = {{&rt__task_waker_vtable, t}};
     void *out = NULL;
-    int64_t start = 0;
-    if (rt__unlikely(w->instrumented)) {
-        if (s & RT__TASK_TIMED)
-            start = timed_poll_start(w, t);
-        if (w->watched)
-            note_poll_origin(w, t, s);
-    }
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
     w->own.poll_status = 0;
     rt__budget_open(w->budget_limit);
-    RT__EV_POLL_START(t->id, w->index);
-    rt_poll r = t->u.poll(t->future_state, &cx, &out);
-    RT__EV_POLL_END(t->id, w->index, r == RT_READY);
+    rt_poll r;
+#ifdef RT_HAVE_DIAGNOSTICS
+    /* Everything that watches polls (timing, the watchdog, a trace) behind
+     * one test per poll while all are off; nothing at all in a build
+     * without diagnostics. */
+    if (rt__unlikely((w->instrumented | rt__load_relaxed_u32(&rt__trace_active)) != 0))
+        r = watched_poll(w, t, s, &cx, &out);
+    else
+#endif
+    {
+        RT__EV_PROBE2(poll_start, t->id, (int)w->index);
+        r = t->u.poll(t->future_state, &cx, &out);
+        RT__EV_PROBE3(poll_end, t->id, (int)w->index, r == RT_READY ? 1 : 0);
+    }
     rt__budget_close();
-    if (rt__unlikely(w->instrumented) && (s & RT__TASK_TIMED))
-        timed_poll_end(w, t, start);
 
     /* A poll is counted once it is over, and (but for a finished task)
      * after the state change that follows it: the stall watchdog sees the

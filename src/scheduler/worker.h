@@ -154,8 +154,8 @@ void *rt__worker_main(void *arg);
 
 /* A worker about to park sweeps its own registry and the foreign shards when
  * enough has run since the last sweep for that to be worth the scan, and
- * reports the lost wake-ups it finds (lost_wakeups.c; the idle path calls
- * it through rt_runtime.idle_sweep). */
+ * hands the lost wake-ups it finds to the diagnostics' report
+ * (lost_wakeups.c). */
 void rt__lost_wakeup_sweep(rt__worker *w);
 
 /* Most lost wake-ups one idle sweep reports (the others wait for the next). */

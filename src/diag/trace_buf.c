@@ -13,9 +13,8 @@
 #include <unistd.h>
 
 #include "atomic.h"
+#include "diag_hooks.h"
 #include "fault.h"
-
-uint32_t rt__trace_active;
 
 /* The recording in progress, valid while rt__trace_active is set; and its
  * generation, which a recorder compares with the one it was classified in

@@ -21,7 +21,9 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime_object.h"
+#include "diagnostics.h"
+#include "current.h"
+#include "runtime_services.h"
 
 /* What the watchdog last saw of one worker. */
 typedef struct watch_sample {
@@ -52,7 +54,7 @@ static void report_stall(struct rt__watchdog *wd, unsigned index, const watch_sa
                          int64_t ran)
 {
     rt_runtime *rt = wd->rt;
-    rt__worker *w = &rt->workers[index];
+    rt__worker *w = rt__runtime_worker(rt, index);
     const char *site = NULL;
     if (!rt__find_task_ref(rt, s->task, &site))
         return;
@@ -77,7 +79,7 @@ static void report_stall(struct rt__watchdog *wd, unsigned index, const watch_sa
             rep.await_line = 0;
         }
         rep.spawned_at = site;
-        rt__stat_add(&rt->stalls, 1);
+        rt__runtime_count_stall(rt);
         rt__report(rt, &rep);
     }
     rt__task_unref(s->task, 1);
@@ -87,8 +89,8 @@ static void sample_workers(struct rt__watchdog *wd)
 {
     rt_runtime *rt = wd->rt;
     int64_t now = rt__now_ns();
-    for (unsigned i = 0; i < rt->nworkers; i++) {
-        rt__worker *w = &rt->workers[i];
+    for (unsigned i = 0; i < rt_runtime_workers(rt); i++) {
+        rt__worker *w = rt__runtime_worker(rt, i);
         watch_sample *s = &wd->samples[i];
         rt_task *cur = rt__load_relaxed_ptr((void *const *)&w->own.current);
         uint64_t polls = runs_ended(w);
@@ -138,7 +140,7 @@ int rt__watchdog_start(rt_runtime *rt, int64_t stall_ns, struct rt__watchdog **o
         return -ENOMEM;
     wd->rt = rt;
     wd->stall_ns = stall_ns;
-    wd->samples = rt__calloc(rt->nworkers, sizeof(*wd->samples));
+    wd->samples = rt__calloc(rt_runtime_workers(rt), sizeof(*wd->samples));
     if (wd->samples == NULL) {
         free(wd);
         return -ENOMEM;

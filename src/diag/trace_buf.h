@@ -1,5 +1,6 @@
-/* The trace recorder's buffers: what rt__trace_record (events.h) writes
- * into while a trace records, and how a trace starts and stops without
+/* The trace recorder's buffers: what rt__trace_record (the trace_record
+ * hook of diag_hooks.h, which events.h calls) writes into while a trace
+ * records, and how a trace starts and stops without
  * stopping the threads that record. It knows no runtime: which buffer
  * ("track") a thread writes to is decided by a function the layer above
  * installs (rt__trace_recording.classify), asked once per thread and trace.
@@ -142,5 +143,9 @@ void rt__trace_end(rt__trace_recording *s);
  * docs/tracing.md): `process` names the process track. Returns 0, or a
  * negative errno from write(2), or -ENOMEM. (trace_json.c) */
 int rt__trace_write_json(rt__trace_recording *s, int fd, const char *process);
+
+/* Records one event into the calling thread's track: the trace_record
+ * hook. */
+void rt__trace_record(uint32_t type, uint64_t task, int worker, uint64_t arg);
 
 #endif

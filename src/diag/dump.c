@@ -1,7 +1,7 @@
 /* Looking at live tasks from any thread (diag.h): the copy of the
  * registries, holding a waiting task for a look at its coroutine record
- * and operation (which the lost wake-up reports of lost_wakeups.c use too),
- * and the coroutine mark set by RT_CORO_BEGIN.
+ * and operation, and the reports of the lost wake-ups the workers' idle
+ * sweeps find (scheduler/lost_wakeups.c).
  *
  * A look never stops the world. Each registry is copied under its lock
  * (registry.h), and every task copied gets a reference, so that it stays
@@ -23,20 +23,9 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime_object.h"
-#include "scheduler.h"
-
-/* ---- The coroutine mark ------------------------------------------------- */
-
-RT_EXPORT void rt_coro_started(rt_coro *co)
-{
-    rt__worker *w = rt__worker_current();
-    rt_task *t = w != NULL ? w->own.current : NULL;
-    if (t == NULL || (void *)co != (void *)t->future_state)
-        return;
-    if (!(rt__load_relaxed_u64(&t->state) & RT__TASK_CORO))
-        rt__task_state_set_coro(t);
-}
+#include "diagnostics.h"
+#include "current.h"
+#include "runtime_services.h"
 
 /* ---- One task ------------------------------------------------------------- */
 
@@ -48,10 +37,10 @@ typedef struct snap_entry {
 } snap_entry;
 
 /* The worker whose `current` is t, or -1 (a relaxed look: a moment old). */
-int rt__polling_worker(rt_runtime *rt, rt_task *t)
+static int polling_worker(rt_runtime *rt, rt_task *t)
 {
-    for (unsigned i = 0; i < rt->nworkers; i++)
-        if (rt__load_relaxed_ptr((void *const *)&rt->workers[i].own.current) == t)
+    for (unsigned i = 0; i < rt_runtime_workers(rt); i++)
+        if (rt__load_relaxed_ptr((void *const *)&rt__runtime_worker(rt, i)->own.current) == t)
             return (int)i;
     return -1;
 }
@@ -149,7 +138,7 @@ bool rt__describe_task(rt_runtime *rt, rt_task *t, const char *site, rt_task_inf
             rt__schedule(t);
         }
     } else {
-        int w = rt__polling_worker(rt, t);
+        int w = polling_worker(rt, t);
         info->state = w >= 0 ? RT_TASK_RUNNING : RT_TASK_SCHEDULED;
         info->worker = w;
         snprintf(info->wait.text, sizeof info->wait.text, "%s",
@@ -208,10 +197,10 @@ static int copy_registry(snapshot *snap, rt__registry *r)
 static int take_snapshot(rt_runtime *rt, snapshot *snap)
 {
     int err = 0;
-    for (unsigned i = 0; i < rt->nworkers && err == 0; i++)
-        err = copy_registry(snap, &rt->workers[i].registry);
-    for (unsigned i = 0; i < rt->nforeign && err == 0; i++) {
-        rt__foreign_shard *sh = &rt->foreign[i];
+    for (unsigned i = 0; i < rt_runtime_workers(rt) && err == 0; i++)
+        err = copy_registry(snap, &rt__runtime_worker(rt, i)->registry);
+    for (unsigned i = 0; i < rt__runtime_foreign_shards(rt) && err == 0; i++) {
+        rt__foreign_shard *sh = rt__runtime_foreign_shard(rt, i);
         pthread_mutex_lock(&sh->lock);
         err = copy_registry(snap, &sh->registry);
         pthread_mutex_unlock(&sh->lock);
@@ -250,30 +239,30 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
     /* A task of rt must not wait either: shutdown waits for it to end. */
     rt__worker *self = rt__worker_current();
     if (wait && (self == NULL || self->rt != rt)) {
-        pthread_mutex_lock(&rt->lifecycle_lock);
+        pthread_mutex_lock(rt__runtime_lifecycle_lock(rt));
     } else {
-        while (pthread_mutex_trylock(&rt->lifecycle_lock) != 0) {
-            if (rt__load_acquire_u32(&rt->closing))
+        while (pthread_mutex_trylock(rt__runtime_lifecycle_lock(rt)) != 0) {
+            if (rt__runtime_closing(rt))
                 return -ESHUTDOWN;
             sched_yield();
         }
     }
-    if (rt->shut_down || rt__load_acquire_u32(&rt->closing)) {
-        pthread_mutex_unlock(&rt->lifecycle_lock);
+    if (rt__runtime_shut_down(rt) || rt__runtime_closing(rt)) {
+        pthread_mutex_unlock(rt__runtime_lifecycle_lock(rt));
         return -ESHUTDOWN;
     }
     snapshot snap = {NULL, 0, 0};
     int err = take_snapshot(rt, &snap);
     if (err < 0) {
         release_snapshot(&snap, 0);
-        pthread_mutex_unlock(&rt->lifecycle_lock);
+        pthread_mutex_unlock(rt__runtime_lifecycle_lock(rt));
         return err;
     }
     int64_t now = rt__now_ns();
     int visited = 0, stopped = 0;
     size_t i = 0;
     in_visit = true;
-    rt__reactor_look_begin(&rt->reactor);
+    rt__reactor_look_begin(rt__runtime_reactor(rt));
     for (; i < snap.len && stopped == 0; i++) {
         rt_task_info info;
         if (rt__describe_task(rt, snap.entries[i].task, snap.entries[i].site, &info, now)) {
@@ -282,11 +271,61 @@ int rt__runtime_tasks(rt_runtime *rt, rt_task_visit_fn fn, void *arg, bool wait)
         }
         rt__task_unref(snap.entries[i].task, 1);
     }
-    rt__reactor_look_end(&rt->reactor);
+    rt__reactor_look_end(rt__runtime_reactor(rt));
     in_visit = false;
     release_snapshot(&snap, i);
-    pthread_mutex_unlock(&rt->lifecycle_lock);
+    pthread_mutex_unlock(rt__runtime_lifecycle_lock(rt));
     return stopped != 0 ? stopped : visited;
+}
+
+/* ---- Lost wake-ups found by sweeps ------------------------------------------ */
+
+/* The report_lost hook (diag_hooks.h). */
+void rt__report_lost(rt__worker *w, rt__registry_entry *lost, unsigned n)
+{
+    rt_runtime *rt = w->rt;
+    rt__reactor_look_begin(rt__runtime_reactor(rt));
+    for (unsigned i = 0; i < n; i++) {
+        rt_task *t = rt__registry_task(&lost[i]);
+        rt_task_info info;
+        /* Nothing can wake it, but an abort may have come since: then it
+         * is no longer waiting and not worth a report. A dump may be
+         * holding it for its own look (it then seems running): that ends
+         * in a moment, and the report is made after it. */
+        bool ok;
+        while ((ok = rt__describe_task(rt, t, lost[i].site, &info, rt__now_ns())) &&
+               info.state != RT_TASK_WAITING) {
+            uint64_t s = rt__load_acquire_u64(&t->state);
+            if ((s & (RT__TASK_NOTIFIED | RT__TASK_COMPLETE | RT__TASK_CANCELLED)) ||
+                polling_worker(rt, t) >= 0)
+                break;
+            sched_yield();
+        }
+        bool report = ok && info.state == RT_TASK_WAITING;
+        /* The name lives in the task: copied, so that the reference can go
+         * before the report. Whoever the report tells and then looks at the
+         * task sees it as lost, referenced by the runtime alone. */
+        char name[RT_TASK_NAME_MAX + 1];
+        if (report && info.name != NULL)
+            snprintf(name, sizeof name, "%s", info.name);
+        rt__task_unref(t, 1);
+        if (report) {
+            rt__stat_add(&w->stats.lost_wakeups, 1);
+            rt_report rep;
+            memset(&rep, 0, sizeof rep);
+            rep.size = sizeof rep;
+            rep.kind = RT_REPORT_LOST_WAKEUP;
+            rep.task_id = info.id;
+            rep.task_name = info.name != NULL ? name : NULL;
+            rep.worker = -1;
+            rep.await_file = info.await_file; /* static strings */
+            rep.await_line = info.await_line;
+            rep.await_function = info.await_function;
+            rep.spawned_at = info.spawned_at;
+            rt__report(rt, &rep);
+        }
+    }
+    rt__reactor_look_end(rt__runtime_reactor(rt));
 }
 
 /* ---- Finding a running task for the watchdog --------------------------------- */
@@ -311,11 +350,11 @@ static bool find_in_registry(rt__registry *r, rt_task *t, const char **site)
 
 bool rt__find_task_ref(rt_runtime *rt, rt_task *t, const char **site)
 {
-    for (unsigned i = 0; i < rt->nworkers; i++)
-        if (find_in_registry(&rt->workers[i].registry, t, site))
+    for (unsigned i = 0; i < rt_runtime_workers(rt); i++)
+        if (find_in_registry(&rt__runtime_worker(rt, i)->registry, t, site))
             return true;
-    for (unsigned i = 0; i < rt->nforeign; i++) {
-        rt__foreign_shard *sh = &rt->foreign[i];
+    for (unsigned i = 0; i < rt__runtime_foreign_shards(rt); i++) {
+        rt__foreign_shard *sh = rt__runtime_foreign_shard(rt, i);
         pthread_mutex_lock(&sh->lock);
         bool found = find_in_registry(&sh->registry, t, site);
         pthread_mutex_unlock(&sh->lock);

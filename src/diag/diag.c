@@ -16,6 +16,7 @@
 #include "common.h"
 #include "dump_signal.h"
 #include "fault.h"
+#include "diagnostics.h"
 #include "runtime_services.h"
 
 /* Ids listed per group before "and N more". */

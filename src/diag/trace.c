@@ -12,7 +12,8 @@
 
 #include "atomic.h"
 #include "fault.h"
-#include "runtime_object.h"
+#include "current.h"
+#include "runtime_services.h"
 #include "trace_buf.h"
 
 /* The trace that records, with what its classify function needs. */
@@ -65,7 +66,7 @@ RT_EXPORT int rt_trace_start(rt_runtime *rt, const char *path)
     /* Shutdown sets `closing` before it stops a trace (rt__trace_shutdown,
      * under this lock): either this start sees it, or that stop sees this
      * trace. */
-    if (rt__load_acquire_u32(&rt->closing)) {
+    if (rt__runtime_closing(rt)) {
         err = -ESHUTDOWN;
         goto out;
     }
@@ -75,15 +76,15 @@ RT_EXPORT int rt_trace_start(rt_runtime *rt, const char *path)
         goto out;
     }
     run->rt = rt;
-    run->reactor = rt->reactor.thread;
-    run->nworkers = rt->nworkers;
+    run->reactor = rt__runtime_reactor(rt)->thread;
+    run->nworkers = rt_runtime_workers(rt);
     run->fd = -1;
-    unsigned ntracks = rt->nworkers + 2;
+    unsigned ntracks = rt_runtime_workers(rt) + 2;
     err = rt__trace_recording_new(ntracks, rt__trace_records_per_track(), (int)ntracks - 1,
                                   &run->recording);
     if (err < 0)
         goto out;
-    for (unsigned i = 0; i < rt->nworkers; i++)
+    for (unsigned i = 0; i < rt_runtime_workers(rt); i++)
         snprintf(run->recording->tracks[i].name, sizeof run->recording->tracks[i].name, "worker %u",
                  i);
     snprintf(run->recording->tracks[ntracks - 2].name, sizeof run->recording->tracks[0].name,
