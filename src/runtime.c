@@ -105,9 +105,7 @@ static int init_shards(rt_runtime *rt)
  * milliseconds; else 0. */
 static int64_t stall_ns_from_env(void)
 {
-#ifndef RT_HAVE_DIAGNOSTICS
-    return 0; /* no watchdog to start: the variable is for diagnosing */
-#endif
+#ifdef RT_HAVE_DIAGNOSTICS
     const char *v = getenv("ASYNCRT_STALL_MS");
     if (v == NULL || *v == '\0')
         return 0;
@@ -116,6 +114,9 @@ static int64_t stall_ns_from_env(void)
     if (*end != '\0' || ms <= 0 || ms > INT64_MAX / 1000000)
         return 0;
     return (int64_t)ms * 1000000;
+#else
+    return 0; /* no watchdog to start: the variable is for diagnosing */
+#endif
 }
 
 RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
