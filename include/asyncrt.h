@@ -24,6 +24,7 @@
 #include "asyncrt/sync.h"
 #include "asyncrt/channel.h"
 #include "asyncrt/group.h"
+#include "asyncrt/fiber.h"
 #include "asyncrt/trace.h"
 
 #endif

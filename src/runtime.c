@@ -30,6 +30,12 @@ RT_EXPORT void rt_config_init(rt_config *cfg)
     cfg->blocking_shutdown_ns = 10 * 1000000000LL;
     cfg->reactor_nap_ns = 500000;
     cfg->dump_fd = 2;
+#if defined(__SANITIZE_ADDRESS__)
+    cfg->fiber_stack_size = 512 * 1024;
+#else
+    cfg->fiber_stack_size = 256 * 1024;
+#endif
+    cfg->fiber_shutdown_ns = 1000000000LL;
 }
 
 static bool on_own_worker(const rt_runtime *rt)
@@ -131,7 +137,8 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
     if (cfg->workers > RT_MAX_WORKERS || cfg->injector_interval == 0 || cfg->spin_rounds == 0 ||
         cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0 ||
         cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1 || cfg->dump_signal < 0 ||
-        (cfg->dump_signal > 0 && cfg->dump_fd < 0))
+        (cfg->dump_signal > 0 && cfg->dump_fd < 0) || cfg->fiber_shutdown_ns < 0 ||
+        cfg->fiber_stack_size > ((size_t)1 << 40))
         return -EINVAL;
 #ifndef RT_HAVE_DIAGNOSTICS
     /* Built without diagnostics: nothing could do what these ask. */
@@ -146,6 +153,9 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rt->config = *cfg;
+    if (rt->config.fiber_stack_size == 0)
+        rt->config.fiber_stack_size = defaults.fiber_stack_size;
+    rt->fiber_deadline = -1;
     rt->nworkers = cfg->workers != 0 ? cfg->workers : rt__default_workers();
     if (rt->nworkers > RT_MAX_WORKERS)
         rt->nworkers = RT_MAX_WORKERS;
@@ -292,6 +302,9 @@ RT_EXPORT int rt_runtime_shutdown(rt_runtime *rt)
     rt__dump_trigger_stop(rt->dump_trigger);
     rt__trace_shutdown(rt);
     stop_and_join_workers(rt);
+    /* Fibers run their cleanup in the drops below until this deadline. */
+    rt__store_relaxed_u64((uint64_t *)&rt->fiber_deadline,
+                          (uint64_t)(rt__now_ns() + rt->config.fiber_shutdown_ns));
 
     /* Cancel every task that has not finished. The counts stay readable:
      * the registries keep their `spawned` figures. */

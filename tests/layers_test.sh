@@ -6,7 +6,7 @@
 # include that reaches up, or a header that is in no layer.
 set -eu
 src="${1:?usage: layers_test.sh SRC_DIR}"
-layers="base task reactor scheduler diag toolkit top"
+layers="base task reactor scheduler diag toolkit fiber top"
 
 rank() {
     i=0

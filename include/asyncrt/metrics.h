@@ -72,6 +72,8 @@ typedef struct rt_metrics {
     /* Diagnostics (diag.h). */
     uint64_t lost_wakeups; /* waiting tasks found with no waker left */
     uint64_t stalls;       /* polls reported as running too long */
+    /* Fibers shutdown gave up waiting for (fiber.h, "Cancellation"). */
+    uint64_t fibers_abandoned;
 } rt_metrics;
 
 /* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time

@@ -121,6 +121,13 @@ typedef struct rt_config {
     /* Where the signal's dumps go: a descriptor the caller keeps open for
      * the runtime's life. Default 2 (standard error). */
     int dump_fd;
+    /* Usable stack bytes of a fiber spawned without a size of its own
+     * (fiber.h). Default 256 KiB (512 KiB in an AddressSanitizer build,
+     * whose frames are larger); 0 means the default. */
+    size_t fiber_stack_size;
+    /* How long rt_runtime_shutdown lets cancelled fibers run their cleanup
+     * (fiber.h, "Cancellation"), from when it begins. Default 1 s. >= 0. */
+    int64_t fiber_shutdown_ns;
 } rt_config;
 
 /* Largest accepted rt_config.workers. */

@@ -70,6 +70,7 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
         snap.lost_wakeups += rt__load_relaxed_u64(&w->stats.lost_wakeups);
     }
     snap.stalls = rt__load_relaxed_u64(&rt->stalls);
+    snap.fibers_abandoned = rt__load_relaxed_u64(&rt->fibers_abandoned);
     for (unsigned i = 0; i < rt->nforeign; i++)
         snap.spawned += rt__load_relaxed_u64(&rt->foreign[i].registry.spawned);
     snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);

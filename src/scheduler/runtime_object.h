@@ -78,6 +78,10 @@ struct rt_runtime {
     /* The dump on rt_config.dump_signal, or NULL (dump_signal.c). */
     struct rt__dump_trigger *dump_trigger;
     uint64_t stalls;
+    /* Fibers: when shutdown abandons them (-1 before it), and how many it
+     * abandoned (fiber.h). */
+    int64_t fiber_deadline;
+    uint64_t fibers_abandoned;
 
     /* Serializes rt_runtime_shutdown callers, and keeps task dumps
      * (dump.c) and shutdown apart. */

@@ -98,6 +98,24 @@ bool rt__runtime_shut_down(rt_runtime *rt)
     return rt->shut_down;
 }
 
+size_t rt__runtime_fiber_stack_size(rt_runtime *rt)
+{
+    return rt->config.fiber_stack_size;
+}
+
+int64_t rt__runtime_fiber_deadline(rt_runtime *rt)
+{
+    /* Written by shutdown before it drops any task, on the thread that
+     * drops them; a worker's cancel reads -1 (relaxed: nothing is
+     * published through it). */
+    return (int64_t)rt__load_relaxed_u64((uint64_t *)&rt->fiber_deadline);
+}
+
+void rt__runtime_count_fiber_abandoned(rt_runtime *rt)
+{
+    rt__faa_u64(&rt->fibers_abandoned, 1);
+}
+
 void rt__runtime_count_stall(rt_runtime *rt)
 {
     /* A relaxed add of the one writer; rt_metrics_read reads it relaxed. */

@@ -81,4 +81,12 @@ bool rt__runtime_shut_down(rt_runtime *rt);
  * watchdog's thread only. */
 void rt__runtime_count_stall(rt_runtime *rt);
 
+/* Fibers (src/fiber): the default stack size (rt_config.fiber_stack_size);
+ * the time by which shutdown abandons fibers (rt_config.fiber_shutdown_ns
+ * after it began), -1 before shutdown; and one more fiber abandoned
+ * (rt_metrics.fibers_abandoned; any thread). */
+size_t rt__runtime_fiber_stack_size(rt_runtime *rt);
+int64_t rt__runtime_fiber_deadline(rt_runtime *rt);
+void rt__runtime_count_fiber_abandoned(rt_runtime *rt);
+
 #endif

@@ -1,0 +1,205 @@
+/* asyncrt: fibers, tasks that run sequential C on a stack of their own.
+ *
+ * A fiber is a task whose body is an ordinary function: it keeps its locals
+ * across waits, and waits with one call, rt_await, on any operation of the
+ * library (anything that begins with RT_FUTURE_HEADER). Awaiting an
+ * operation that is not ready switches the fiber out; its task's poll
+ * returns RT_PENDING, and the next poll, on whichever worker runs it,
+ * switches it back in where it left off. To the scheduler, the reactor,
+ * groups and the task dump a fiber is a task like any other: it is
+ * spawned, woken, stolen, joined, waited for and cancelled through the
+ * same rt_task handle (task.h), and it joins stackless tasks and is
+ * joined by them, on both sides of one channel or one mutex.
+ *
+ *     static void *echo(void *arg)
+ *     {
+ *         rt_io *conn = arg;
+ *         char buf[4096];
+ *         for (;;) {
+ *             int64_t n = rt_io_read_await(conn, buf, sizeof buf);
+ *             if (n <= 0 || rt_io_write_all_await(conn, buf, (size_t)n) < 0)
+ *                 break;
+ *         }
+ *         rt_io_close(conn);
+ *         return NULL;
+ *     }
+ *     ...
+ *     rt_fiber_spawn(rt, echo, conn, NULL);
+ *
+ * Stacks. Each fiber runs on a stack of rt_fiber_options.stack_size bytes
+ * (0: rt_config.fiber_stack_size, 256 KiB by default), mapped when it
+ * first runs, committed page by page as it is touched, and pooled after the
+ * fiber returns. A stack never grows and never moves, so operations and
+ * buffers may live in the fiber's locals. An overflow into the guard page
+ * below a stack ends the process with a message naming the fiber;
+ * beyond 16,384 guarded stacks alive at once (each costs two of the
+ * process's vm.max_map_count mappings) stacks come without a guard page and
+ * a canary at their bottom is checked at every switch, which catches an
+ * overflow later and not always. Build fiber code with
+ * -fstack-clash-protection when a frame can be larger than a page.
+ *
+ * Migration. A fiber may resume on another worker thread after any await.
+ * Nothing tied to the thread may be kept across an await: errno (glibc
+ * declares __errno_location const, so the compiler may reuse the first
+ * thread's errno address after the switch), thread-local variables,
+ * pthread_self(), a pthread mutex or spinlock held across the await (it
+ * would be unlocked by another thread), a changed signal mask. Every
+ * function here returns -errno values, so no fiber needs errno. Spawn with
+ * rt_fiber_options.worker to keep a fiber on one worker.
+ *
+ * What blocks a thread. rt_task_wait, rt_block_on and every _wait function
+ * fail with -EDEADLK inside a fiber, as on any worker: await the operation
+ * instead (a join for rt_task_wait, the operation behind the _wait form).
+ * A plain blocking function (a library call that sleeps) runs on the
+ * blocking pool with rt_fiber_run_blocking.
+ *
+ * Cancellation. rt_task_cancel, a group's cancel and rt_runtime_shutdown
+ * cancel a fiber the same way: the fiber is resumed (on the thread that
+ * drops the task: a worker, or shutdown's caller), the await in progress
+ * drops its operation, which loses nothing (each header says what a drop
+ * undoes) and returns -ECANCELED, and so does every later await, at once.
+ * The fiber returns normally (its result is discarded: the joiner sees
+ * -ECANCELED and NULL, as for any cancelled task) and its stack is pooled
+ * after. A fiber that is cancelled before it first runs still runs, and
+ * its first await returns -ECANCELED, so that it always gets to release
+ * its argument. Cleanup that must still do I/O (a goodbye line, a flush)
+ * runs between rt_fiber_shield and rt_fiber_unshield: until the shield's
+ * deadline awaits work again, blocking the thread that runs the cleanup
+ * (a worker, or shutdown's caller) while they wait. At shutdown every
+ * fiber gets until rt_config.fiber_shutdown_ns after the shutdown began;
+ * a fiber that awaits after that is abandoned there: it never runs again,
+ * its stack stays mapped (so that nothing pointing into it dangles) and
+ * whatever its locals hold is leaked; rt_metrics.fibers_abandoned counts
+ * them. A fiber that never awaits never gives its worker back: the stall
+ * watchdog (rt_config.stall_ns) reports it. */
+#ifndef ASYNCRT_FIBER_H
+#define ASYNCRT_FIBER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "channel.h"
+#include "future.h"
+#include "io.h"
+#include "sync.h"
+#include "task.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A fiber's body: returns its result (what a join reports as its value). */
+typedef void *(*rt_fiber_fn)(void *arg);
+
+/* How rt_fiber_spawn_ex spawns. Fill with rt_fiber_options_init, then
+ * change fields; fields are only ever added at the end. */
+typedef struct rt_fiber_options {
+    /* A name for diagnostics, copied at spawn (as rt_spawn_options.name). */
+    const char *name;
+    /* RT_WORKER_ANY (the default), RT_WORKER_CURRENT or a worker index: a
+     * fiber given a worker never migrates (rt_spawn_options.worker). */
+    int worker;
+    /* Usable stack bytes, rounded up to pages; 0: rt_config.fiber_stack_size. */
+    size_t stack_size;
+} rt_fiber_options;
+
+/* The defaults: no name, any worker, the runtime's stack size. */
+void rt_fiber_options_init(rt_fiber_options *opts);
+
+/* Spawns a fiber running fn(arg) on runtime rt (NULL: the current one,
+ * valid only inside a task), with the options (NULL: the defaults). handle
+ * as for rt_spawn (task.h): a join handle the caller owns, or NULL for a
+ * detached fiber. arg is the caller's business: the fiber always runs (see
+ * "Cancellation" above), so it may own arg and release it.
+ * Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN); the stack
+ * is mapped when the fiber first runs, and a fiber whose stack cannot be
+ * mapped finishes at once with status -ENOMEM without running (arg is then
+ * not touched). Any thread. */
+#define rt_fiber_spawn(rt, fn, arg, handle)                                                        \
+    rt_fiber_spawn_with_site(RT__HERE, (rt), NULL, (fn), (arg), (handle))
+#define rt_fiber_spawn_ex(rt, opts, fn, arg, handle)                                               \
+    rt_fiber_spawn_with_site(RT__HERE, (rt), (opts), (fn), (arg), (handle))
+int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_options *opts,
+                             rt_fiber_fn fn, void *arg, rt_task **handle);
+
+/* Awaits an operation from inside a fiber: polls it, suspending the fiber
+ * while it is pending, and returns its result once it finishes (the
+ * operation's own fields hold its value, as after RT_AWAIT). After a
+ * cancel, the operation is dropped and -ECANCELED returned (see above).
+ * op must stay where it is until this returns (a local of the fiber is
+ * the usual place). Errors: -EPERM (not called from a fiber: nothing is
+ * done to op), -EINVAL (op NULL), -ECANCELED. From a fiber only. */
+int64_t rt_await(rt_future *op);
+
+/* rt_await of any operation struct: RT_FIBER_AWAIT(&rd). */
+#define RT_FIBER_AWAIT(op) rt_await(&(op)->future)
+
+/* True when the calling code runs in a fiber. Any thread. */
+bool rt_in_fiber(void);
+
+/* True once the calling fiber has been cancelled (false outside a fiber). */
+bool rt_fiber_cancelled(void);
+
+/* Sets the status the calling fiber finishes with (0 or a negative errno;
+ * "Results and status" in task.h); the last call before it returns wins.
+ * Errors: -EPERM (not in a fiber), -EINVAL (status > 0). */
+int rt_fiber_set_status(int status);
+
+/* Lets the other runnable tasks of this worker run first (rt_yield).
+ * Returns 0, -ECANCELED after a cancel, -EPERM outside a fiber. */
+int rt_fiber_yield(void);
+
+/* Begins a shield: until timeout_ns from now (or rt_fiber_unshield) awaits
+ * work even after a cancel (see "Cancellation" above). Shields do not nest:
+ * a second call moves the deadline. Errors: -EPERM (not in a fiber),
+ * -EINVAL (timeout_ns < 0). */
+int rt_fiber_shield(int64_t timeout_ns);
+
+/* Ends the shield; after a cancel, awaits fail with -ECANCELED again. */
+void rt_fiber_unshield(void);
+
+/* Runs fn(arg) on the runtime's blocking pool (rt_spawn_blocking) and
+ * awaits it; its result goes to *result (may be NULL). Returns 0, or the
+ * errors of rt_spawn_blocking and rt_await (-ECANCELED: the job runs on
+ * to its end and its result is discarded). From a fiber only. */
+int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **result);
+
+/* ---- Blocking-style helpers -------------------------------------------------
+ *
+ * Each is its operation's init and rt_await, for fibers only; the results
+ * are the operation's (a negative errno on failure, -ECANCELED after a
+ * cancel, -EPERM outside a fiber). */
+
+/* Sleeps for duration_ns (rt_sleep_init). */
+int rt_sleep_await(int64_t duration_ns);
+
+/* Sends value on a channel of `void *` (rt_chan_send_init): 0, -EPIPE. */
+int rt_chan_send_await(rt_chan *ch, void *value);
+
+/* Receives from a channel of `void *` into *value (rt_chan_recv_init): 0,
+ * or -EPIPE at the end of the stream (*value NULL). */
+int rt_chan_recv_await(rt_chan *ch, void **value);
+
+/* Locks m (rt_mutex_lock_init); unlock with rt_mutex_unlock. */
+int rt_mutex_lock_await(rt_mutex *m);
+
+/* Reads up to len bytes (rt_io_read_init): the count, 0 at the end. */
+int64_t rt_io_read_await(rt_io *io, void *buf, size_t len);
+
+/* Writes all len bytes (rt_io_write_all_init): len, or an error. */
+int64_t rt_io_write_all_await(rt_io *io, const void *buf, size_t len);
+
+/* Accepts a connection on listener into *conn (rt_tcp_accept_init). */
+int rt_tcp_accept_await(rt_io *listener, rt_io **conn);
+
+/* Connects to addr into *conn (rt_tcp_connect_init, on the fiber's own
+ * runtime). */
+int rt_tcp_connect_await(const struct sockaddr *addr, socklen_t addr_len, rt_io **conn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

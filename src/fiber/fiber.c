@@ -1,0 +1,526 @@
+/* Fibers (include/asyncrt/fiber.h): a task whose poll switches into a
+ * stack of its own and back.
+ *
+ * The fiber's control block is its task's state, so it never moves. A poll
+ * stores the poll's context in the block and switches in; the fiber runs
+ * until an await finds its operation pending (it switches out and the poll
+ * returns RT_PENDING) or its function returns (the poll returns RT_READY
+ * with the result). One poll runs at a time (the task state word sees to
+ * it), and every write the fiber made on one worker is visible to the next
+ * worker that polls it through the run queue's release/acquire hand-off,
+ * as for any task's state.
+ *
+ * Cancellation needs no help from the scheduler: a cancelled task is never
+ * polled again and its drop function runs instead (on a worker, or on
+ * shutdown's caller). The drop function here resumes the fiber once more
+ * with `cancelled` set and no context, so that every await returns
+ * -ECANCELED at once, and the fiber runs to its return on the dropping
+ * thread. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <asyncrt/fiber.h>
+#include <asyncrt/net.h>
+#include <asyncrt/timer.h>
+
+#include "clock.h"
+#include "current.h"
+#include "park.h"
+#include "runtime_services.h"
+#include "spawning.h"
+#include "stack.h"
+#include "switch.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RT__FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RT__FIBER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define RT__FIBER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RT__FIBER_TSAN 1
+#endif
+#endif
+#ifdef RT__FIBER_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef RT__FIBER_TSAN
+#include <sanitizer/tsan_interface.h>
+/* The switching functions run uninstrumented: between the switch of
+ * ThreadSanitizer's fiber and the switch of the stack, an instrumented
+ * function's exit would pop the wrong shadow stack. */
+#define RT__NO_TSAN __attribute__((no_sanitize("thread"), noinline))
+#else
+#define RT__NO_TSAN __attribute__((noinline))
+#endif
+
+typedef struct rt__fiber {
+    rt_fiber_fn fn;
+    void *arg;
+    void *result;
+    rt_runtime *rt;
+    const char *site;    /* the spawn site, for the overflow report */
+    uint64_t task_id;    /* for the overflow report */
+    size_t stack_size;   /* asked for at spawn */
+    rt__stack stack;     /* low NULL until the first run */
+    void *sp;            /* the fiber's stack pointer while it is switched out */
+    void *poller_sp;     /* the stack pointer of the poll that switched it in */
+    rt_context *cx;      /* that poll's context; NULL in the drop */
+    int status;          /* rt_fiber_set_status */
+    bool finished;       /* fn returned */
+    bool cancelled;      /* resumed by the drop: awaits fail */
+    bool abandoned;      /* switched out for good at shutdown */
+    bool shielded;       /* rt_fiber_shield until shield_deadline */
+    int64_t shield_deadline;
+#ifdef RT__FIBER_ASAN
+    void *asan_fake;             /* the fiber's fake stack while switched out */
+    const void *poller_low;      /* the stack it came from */
+    size_t poller_size;
+#endif
+#ifdef RT__FIBER_TSAN
+    void *tsan_fiber;  /* ThreadSanitizer's fiber for this one */
+    void *tsan_poller; /* the one that switched it in */
+#endif
+} rt__fiber;
+
+/* The fiber the calling thread runs, set by the poll around its switch in.
+ * Read only through current_fiber(), at the entry of each public function,
+ * never after a switch in the same function: the thread may have changed
+ * and the compiler may have kept the old thread's address of the
+ * variable. */
+static __thread rt__fiber *tls_fiber;
+
+__attribute__((noinline)) static rt__fiber *current_fiber(void)
+{
+    rt__fiber *f = tls_fiber;
+    __asm__ volatile("" : "+r"(f));
+    return f;
+}
+
+/* ---- Switching -------------------------------------------------------------*/
+
+/* The poll's side: switches into f and returns when it switches out. */
+RT__NO_TSAN static void switch_in(rt__fiber *f)
+{
+    rt__fiber *outer = tls_fiber;
+    tls_fiber = f;
+#ifdef RT__FIBER_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, f->stack.low, f->stack.size);
+#endif
+#ifdef RT__FIBER_TSAN
+    f->tsan_poller = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(f->tsan_fiber, 0);
+#endif
+    rt__fiber_switch(&f->poller_sp, f->sp, f);
+#ifdef RT__FIBER_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+    tls_fiber = outer;
+}
+
+/* The fiber's side: switches back to the poll, returns when polled again
+ * (on any thread). `last`: it never will be (it returned, or is abandoned). */
+RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
+{
+#ifdef RT__FIBER_ASAN
+    __sanitizer_start_switch_fiber(last ? NULL : &f->asan_fake, f->poller_low, f->poller_size);
+#else
+    (void)last;
+#endif
+#ifdef RT__FIBER_TSAN
+    __tsan_switch_to_fiber(f->tsan_poller, 0);
+#endif
+    rt__fiber_switch(&f->sp, f->poller_sp, NULL);
+#ifdef RT__FIBER_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake, &f->poller_low, &f->poller_size);
+#endif
+}
+
+_Noreturn RT__NO_TSAN void rt__fiber_entry(void *arg)
+{
+    rt__fiber *f = arg;
+#ifdef RT__FIBER_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &f->poller_low, &f->poller_size);
+#endif
+    f->result = f->fn(f->arg);
+    f->finished = true;
+    switch_out(f, true);
+    abort(); /* never resumed */
+}
+
+/* ---- Stacks ----------------------------------------------------------------*/
+
+/* A stack overflow is memory corruption: the process cannot go on. */
+__attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
+{
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
+                     (unsigned long long)f->task_id, f->site != NULL ? f->site : "?",
+                     f->stack.size);
+    if (n > 0)
+        (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    abort();
+}
+
+static int fiber_start(rt__fiber *f)
+{
+    int err = rt__stack_get(f->stack_size, &f->stack);
+    if (err < 0)
+        return err;
+#ifdef RT__FIBER_ASAN
+    /* A pooled stack keeps the poisoning of the frames that ran on it. */
+    __asan_unpoison_memory_region(f->stack.low, f->stack.size);
+#endif
+#ifdef RT__FIBER_TSAN
+    f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    f->sp = rt__fiber_make(f->stack.low + f->stack.size);
+    return 0;
+}
+
+static void fiber_release(rt__fiber *f)
+{
+#ifdef RT__FIBER_TSAN
+    __tsan_destroy_fiber(f->tsan_fiber);
+    f->tsan_fiber = NULL;
+#endif
+    rt__stack_put(&f->stack);
+}
+
+/* ---- The task --------------------------------------------------------------*/
+
+static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
+{
+    rt__fiber *f = state;
+    if (f->stack.low == NULL) {
+        int err = fiber_start(f);
+        if (err < 0) {
+            rt_task_set_status(cx, err);
+            *out = NULL;
+            return RT_READY;
+        }
+    }
+    f->cx = cx;
+    switch_in(f);
+    f->cx = NULL;
+    if (!rt__stack_intact(&f->stack))
+        overflowed(f);
+    if (!f->finished)
+        return RT_PENDING;
+    *out = f->result;
+    rt_task_set_status(cx, f->status);
+    fiber_release(f);
+    return RT_READY;
+}
+
+static void fiber_drop(void *state)
+{
+    rt__fiber *f = state;
+    if (f->finished)
+        return; /* it returned: the poll released everything */
+    f->cancelled = true;
+    f->cx = NULL;
+    if (f->stack.low == NULL && fiber_start(f) < 0)
+        return; /* no stack: it never runs */
+    switch_in(f);
+    if (!rt__stack_intact(&f->stack))
+        overflowed(f);
+    if (f->finished)
+        fiber_release(f);
+    else
+        rt__runtime_count_fiber_abandoned(f->rt); /* its stack stays mapped */
+}
+
+RT_EXPORT void rt_fiber_options_init(rt_fiber_options *opts)
+{
+    if (opts == NULL)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->worker = RT_WORKER_ANY;
+}
+
+RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
+                                       const rt_fiber_options *opts, rt_fiber_fn fn, void *arg,
+                                       rt_task **handle)
+{
+    if (handle != NULL)
+        *handle = NULL;
+    if (rt == NULL)
+        rt = rt_current_runtime();
+    if (rt == NULL || fn == NULL)
+        return -EINVAL;
+    rt_spawn_options sopts;
+    rt_spawn_options_init(&sopts);
+    size_t stack_size = rt__runtime_fiber_stack_size(rt);
+    if (opts != NULL) {
+        sopts.name = opts->name;
+        sopts.worker = opts->worker;
+        if (opts->stack_size != 0)
+            stack_size = opts->stack_size;
+    }
+    if (stack_size > ((size_t)1 << 40))
+        return -EINVAL;
+    rt__fiber f = {.fn = fn, .arg = arg, .rt = rt, .site = site, .stack_size = stack_size};
+    uint64_t id = rt__task_new_id();
+    f.task_id = id;
+    return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &f, sizeof f, handle, id, site, NULL,
+                     NULL);
+}
+
+/* ---- Awaiting --------------------------------------------------------------*/
+
+struct shielded_wait {
+    rt_future *op;
+};
+
+static rt_poll shielded_poll(void *arg, rt_context *cx)
+{
+    struct shielded_wait *w = arg;
+    return rt__future_poll_inline(w->op, cx);
+}
+
+/* After a cancel, inside a shield: the drop's thread waits for op, up to
+ * the shield's deadline (and shutdown's). */
+static int64_t await_shielded(rt__fiber *f, rt_future *op)
+{
+    int64_t deadline = f->shield_deadline;
+    int64_t end = rt__runtime_fiber_deadline(f->rt);
+    if (end >= 0 && end < deadline)
+        deadline = end;
+    int64_t left = deadline - rt__now_ns();
+    rt__thread_waker *tw = left > 0 ? rt__thread_waker_new() : NULL;
+    int err = -ECANCELED;
+    if (tw != NULL) {
+        struct shielded_wait w = {op};
+        err = rt__thread_waker_block(tw, shielded_poll, &w, left);
+        rt__thread_waker_release(tw);
+    }
+    if (err < 0) {
+        rt_future_drop(op);
+        return -ECANCELED;
+    }
+    return op->result;
+}
+
+/* A cancelled fiber awaiting past shutdown's deadline never runs again. */
+static void abandon_if_late(rt__fiber *f)
+{
+    int64_t end = rt__runtime_fiber_deadline(f->rt);
+    if (end >= 0 && rt__now_ns() >= end) {
+        f->abandoned = true;
+        switch_out(f, true);
+        abort(); /* never resumed */
+    }
+}
+
+static bool shield_holds(rt__fiber *f)
+{
+    if (f->shielded && rt__now_ns() >= f->shield_deadline)
+        f->shielded = false;
+    return f->shielded;
+}
+
+static int64_t await_in(rt__fiber *f, rt_future *op)
+{
+    for (;;) {
+        if (f->cancelled) {
+            abandon_if_late(f);
+            if (shield_holds(f))
+                return await_shielded(f, op);
+            rt_future_drop(op);
+            return -ECANCELED;
+        }
+        if (rt__future_poll_inline(op, f->cx) == RT_READY)
+            return op->result;
+        switch_out(f, false);
+    }
+}
+
+RT_EXPORT int64_t rt_await(rt_future *op)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    if (op == NULL)
+        return -EINVAL;
+    return await_in(f, op);
+}
+
+RT_EXPORT bool rt_in_fiber(void)
+{
+    return current_fiber() != NULL;
+}
+
+RT_EXPORT bool rt_fiber_cancelled(void)
+{
+    rt__fiber *f = current_fiber();
+    return f != NULL && f->cancelled;
+}
+
+RT_EXPORT int rt_fiber_set_status(int status)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    if (status > 0)
+        return -EINVAL;
+    f->status = status;
+    return 0;
+}
+
+RT_EXPORT int rt_fiber_yield(void)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    if (f->cancelled)
+        return -ECANCELED;
+    rt_waker_wake_by_ref(rt_context_waker(f->cx));
+    switch_out(f, false);
+    return f->cancelled ? -ECANCELED : 0;
+}
+
+RT_EXPORT int rt_fiber_shield(int64_t timeout_ns)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    if (timeout_ns < 0)
+        return -EINVAL;
+    f->shielded = true;
+    f->shield_deadline = rt__deadline_after(timeout_ns);
+    return 0;
+}
+
+RT_EXPORT void rt_fiber_unshield(void)
+{
+    rt__fiber *f = current_fiber();
+    if (f != NULL)
+        f->shielded = false;
+}
+
+RT_EXPORT int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **result)
+{
+    if (result != NULL)
+        *result = NULL;
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_task *job;
+    int err = rt_spawn_blocking(f->rt, fn, arg, &job);
+    if (err < 0)
+        return err;
+    rt_task_join join;
+    rt_task_join_init(&join, job);
+    int64_t r = await_in(f, &join.future);
+    if (r == 0 && result != NULL)
+        *result = join.value;
+    return (int)r;
+}
+
+/* ---- Helpers ---------------------------------------------------------------*/
+
+RT_EXPORT int rt_sleep_await(int64_t duration_ns)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_sleep op;
+    rt_sleep_init(&op, f->rt, duration_ns);
+    return (int)await_in(f, &op.future);
+}
+
+RT_EXPORT int rt_chan_send_await(rt_chan *ch, void *value)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_chan_send op;
+    rt_chan_send_init(&op, ch, value);
+    return (int)await_in(f, &op.future);
+}
+
+RT_EXPORT int rt_chan_recv_await(rt_chan *ch, void **value)
+{
+    if (value != NULL)
+        *value = NULL;
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_chan_recv op;
+    rt_chan_recv_init(&op, ch);
+    int err = (int)await_in(f, &op.future);
+    if (err == 0 && value != NULL)
+        *value = op.value;
+    return err;
+}
+
+RT_EXPORT int rt_mutex_lock_await(rt_mutex *m)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_mutex_lock op;
+    rt_mutex_lock_init(&op, m);
+    return (int)await_in(f, &op.future);
+}
+
+RT_EXPORT int64_t rt_io_read_await(rt_io *io, void *buf, size_t len)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_io_read op;
+    rt_io_read_init(&op, io, buf, len);
+    return await_in(f, &op.future);
+}
+
+RT_EXPORT int64_t rt_io_write_all_await(rt_io *io, const void *buf, size_t len)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_io_write_all op;
+    rt_io_write_all_init(&op, io, buf, len);
+    return await_in(f, &op.future);
+}
+
+RT_EXPORT int rt_tcp_accept_await(rt_io *listener, rt_io **conn)
+{
+    if (conn != NULL)
+        *conn = NULL;
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_tcp_accept op;
+    rt_tcp_accept_init(&op, listener);
+    int err = (int)await_in(f, &op.future);
+    if (err >= 0 && conn != NULL)
+        *conn = op.conn;
+    return err < 0 ? err : 0;
+}
+
+RT_EXPORT int rt_tcp_connect_await(const struct sockaddr *addr, socklen_t addr_len, rt_io **conn)
+{
+    if (conn != NULL)
+        *conn = NULL;
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    rt_tcp_connect op;
+    rt_tcp_connect_init(&op, f->rt, addr, addr_len);
+    int err = (int)await_in(f, &op.future);
+    if (err >= 0 && conn != NULL)
+        *conn = op.conn;
+    return err < 0 ? err : 0;
+}

@@ -1,0 +1,161 @@
+/* Fiber stacks (stack.h). */
+#include "stack.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "fault.h"
+
+/* Guarded stacks cost two mappings each (the stack and its guard), and a
+ * process may have vm.max_map_count of them (65530 by default): the first
+ * RT__GUARD_BUDGET stacks alive at once are guarded, the rest unguarded,
+ * carved RT__CHUNK_STACKS at a time out of one mapping each. */
+#define RT__GUARD_BUDGET 16384u
+#define RT__CHUNK_STACKS 64u
+/* Stacks kept for reuse; beyond that a guarded one is unmapped and a
+ * chunked one has its pages given back (MADV_DONTNEED). */
+#define RT__POOL_MAX 1024u
+
+/* A pooled stack's link lives in its own lowest bytes, above the canary. */
+typedef struct pooled {
+    uint64_t canary;
+    struct pooled *next;
+    rt__stack stack;
+} pooled;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pooled *pool_head;     /* under pool_lock */
+static unsigned pool_len;     /* under pool_lock */
+static unsigned guarded_live; /* under pool_lock: guarded stacks mapped */
+/* The chunk being carved, under pool_lock. */
+static unsigned char *chunk_next;
+static unsigned chunk_left;
+static size_t chunk_stack_size;
+
+size_t rt__page_size(void)
+{
+    static size_t page;
+    size_t p = rt__load_relaxed_u64((uint64_t *)&page);
+    if (p == 0) {
+        long v = sysconf(_SC_PAGESIZE);
+        p = v > 0 ? (size_t)v : 4096;
+        rt__store_relaxed_u64((uint64_t *)&page, p);
+    }
+    return p;
+}
+
+static void *map_stack(size_t bytes)
+{
+    void *m = rt__mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+#ifdef MADV_NOHUGEPAGE
+    /* A lazily touched stack must not be backed by a 2 MiB page. */
+    (void)madvise(m, bytes, MADV_NOHUGEPAGE);
+#endif
+    return m;
+}
+
+static int map_guarded(size_t size, rt__stack *out)
+{
+    size_t page = rt__page_size();
+    unsigned char *m = map_stack(size + page);
+    if (m == NULL)
+        return -ENOMEM;
+    if (mprotect(m, page, PROT_NONE) != 0) {
+        munmap(m, size + page);
+        return -ENOMEM;
+    }
+    *out = (rt__stack){m + page, size, true, false};
+    return 0;
+}
+
+/* Under pool_lock. */
+static int carve_chunked(size_t size, rt__stack *out)
+{
+    if (chunk_left == 0 || chunk_stack_size != size) {
+        unsigned char *m = map_stack(size * RT__CHUNK_STACKS);
+        if (m == NULL)
+            return -ENOMEM;
+        /* What was left of a chunk of another size is given up. */
+        chunk_next = m;
+        chunk_left = RT__CHUNK_STACKS;
+        chunk_stack_size = size;
+    }
+    *out = (rt__stack){chunk_next, size, false, true};
+    chunk_next += size;
+    chunk_left--;
+    return 0;
+}
+
+int rt__stack_get(size_t size, rt__stack *out)
+{
+    size_t page = rt__page_size();
+    size = (size + page - 1) & ~(page - 1);
+    if (size < 2 * page)
+        size = 2 * page;
+    pthread_mutex_lock(&pool_lock);
+    for (pooled **p = &pool_head; *p != NULL; p = &(*p)->next) {
+        if ((*p)->stack.size == size) {
+            pooled *hit = *p;
+            *p = hit->next;
+            pool_len--;
+            pthread_mutex_unlock(&pool_lock);
+            *out = hit->stack;
+            if (!out->guarded)
+                *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
+            return 0;
+        }
+    }
+    int err;
+    if (guarded_live < RT__GUARD_BUDGET) {
+        err = map_guarded(size, out);
+        if (err == 0)
+            guarded_live++;
+    } else {
+        err = carve_chunked(size, out);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (err == 0 && !out->guarded)
+        *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
+    return err;
+}
+
+void rt__stack_put(rt__stack *s)
+{
+    if (s->low == NULL)
+        return;
+    pooled *node = (pooled *)(void *)s->low;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_len < RT__POOL_MAX || s->chunked) {
+        if (pool_len >= RT__POOL_MAX) {
+            /* A chunked stack is never unmapped: its pages go back. */
+            (void)madvise(s->low, s->size, MADV_DONTNEED);
+        }
+        node->canary = RT__STACK_CANARY;
+        node->stack = *s;
+        node->next = pool_head;
+        pool_head = node;
+        pool_len++;
+        pthread_mutex_unlock(&pool_lock);
+    } else {
+        guarded_live--;
+        pthread_mutex_unlock(&pool_lock);
+        size_t page = rt__page_size();
+        munmap(s->low - page, s->size + page);
+    }
+    s->low = NULL;
+}
+
+bool rt__stack_guard_holds(const rt__stack *s, const void *addr)
+{
+    if (!s->guarded || s->low == NULL)
+        return false;
+    const unsigned char *a = addr;
+    return a < s->low && a >= s->low - rt__page_size();
+}

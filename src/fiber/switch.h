@@ -1,0 +1,36 @@
+/* The context switch between a fiber and the thread that runs it: one
+ * assembly routine per architecture (switch_x86_64.S, switch_aarch64.S)
+ * that saves what the ABI makes callee-saved on the current stack, stores
+ * the stack pointer, loads another and resumes what was saved there.
+ * Internal, not installed. */
+#ifndef RT_SRC_FIBER_SWITCH_H
+#define RT_SRC_FIBER_SWITCH_H
+
+#include <stddef.h>
+
+/* Saves the calling context on its own stack, writes its stack pointer to
+ * *from_sp, and resumes the context saved at to_sp, which sees `arg` as
+ * the return value of its own rt__fiber_switch (or, for a context made by
+ * rt__fiber_make, as the argument of rt__fiber_entry). Returns, in the
+ * saved context, the `arg` of whoever switches back to it.
+ *
+ * Saved: x86-64 SysV rbx, rbp, r12-r15, MXCSR and the x87 control word;
+ * AArch64 x19-x30, d8-d15 and FPCR. Both are per fiber, so a fiber that
+ * changes its rounding mode and moves to another worker takes it along.
+ * The return address is popped and jumped to on x86-64 (a `ret` would
+ * mispredict on every switch, the return stack buffer never knowing where
+ * it goes); the object carries no shadow-stack marking, so CET shadow
+ * stacks stay off in programs that link it. */
+void *rt__fiber_switch(void **from_sp, void *to_sp, void *arg);
+
+/* Prepares a context at the top of a stack (`top`, the highest address,
+ * any alignment) whose first switch-in calls rt__fiber_entry(arg). Returns
+ * its stack pointer, for rt__fiber_switch. */
+void *rt__fiber_make(void *top);
+
+/* Where a made context starts, on its own stack; it never returns (the
+ * fiber's last act is a switch away that is never resumed). Defined by
+ * fiber.c. */
+_Noreturn void rt__fiber_entry(void *arg);
+
+#endif
