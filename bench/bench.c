@@ -55,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fiber_bench.h"
+
 #define PROG "asyncrt-bench"
 
 /* ------------------------------------------------------------------------ */
@@ -125,6 +127,17 @@ static uint64_t now_ns(void)
 
 /* Reports a broken repetition or a library failure seen on the main thread. */
 static _Noreturn void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+_Noreturn void bench_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -1453,6 +1466,69 @@ static uint64_t ops_select(const struct params *p)
     return p->select_tasks / 2 * 2 * p->rounds;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The fiber workloads (fiber_bench.c): the same work as fibers.            */
+/* ------------------------------------------------------------------------ */
+
+static struct rep_result run_fiber_spawn(rt_runtime *rt, const struct params *p)
+{
+    return (struct rep_result){.elapsed_ns = fiber_bench_spawn(rt, p->spawn_n),
+                               .tasks_spawned = 1 + p->spawn_n};
+}
+
+static struct rep_result run_fiber_spawn_remote(rt_runtime *rt, const struct params *p)
+{
+    return (struct rep_result){.elapsed_ns = fiber_bench_spawn_remote(rt, p->spawn_n),
+                               .tasks_spawned = p->spawn_n};
+}
+
+static struct rep_result run_fiber_yield(rt_runtime *rt, const struct params *p)
+{
+    return (struct rep_result){.elapsed_ns = fiber_bench_yield(rt, p->yield_tasks, p->yields),
+                               .tasks_spawned = 1 + p->yield_tasks};
+}
+
+static struct rep_result run_fiber_ping_pong(rt_runtime *rt, const struct params *p)
+{
+    return (struct rep_result){.elapsed_ns = fiber_bench_ping_pong(rt, p->pairs, p->rounds),
+                               .tasks_spawned = 1 + 2 * p->pairs};
+}
+
+static struct rep_result run_fiber_chained_spawn(rt_runtime *rt, const struct params *p)
+{
+    return (struct rep_result){.elapsed_ns = fiber_bench_chained_spawn(rt, p->chain),
+                               .tasks_spawned = 1 + p->chain};
+}
+
+static struct rep_result run_fiber_fork_join(rt_runtime *rt, const struct params *p)
+{
+    uint64_t value = 0;
+    struct rep_result res = {.elapsed_ns = fiber_bench_fork_join(rt, p->fib_n, &value),
+                             .tasks_spawned = fork_join_tasks(p->fib_n)};
+    if (value != fib_plain(p->fib_n))
+        fail("fiber_fork_join: fib(%" PRIu64 ") computed as %" PRIu64, p->fib_n, value);
+    return res;
+}
+
+#define SKYNET_FIBERS 1111111u
+
+static struct rep_result run_fiber_skynet(rt_runtime *rt, const struct params *p)
+{
+    (void)p;
+    uint64_t sum = 0;
+    struct rep_result res = {.elapsed_ns = fiber_bench_skynet(rt, &sum),
+                             .tasks_spawned = SKYNET_FIBERS};
+    if (sum != 499999500000ull)
+        fail("fiber_skynet: sum %" PRIu64 ", expected 499999500000", sum);
+    return res;
+}
+
+static uint64_t ops_skynet(const struct params *p)
+{
+    (void)p;
+    return SKYNET_FIBERS;
+}
+
 /* In their documented order, which is also the order they run in. */
 static const struct workload WORKLOADS[] = {
     {"spawn_local", run_spawn_local, ops_spawn},
@@ -1466,6 +1542,13 @@ static const struct workload WORKLOADS[] = {
     {"tcp_echo", run_tcp_echo, ops_tcp_echo},
     {"select", run_select, ops_select},
     {"select_fair", run_select_fair, ops_select},
+    {"fiber_spawn", run_fiber_spawn, ops_spawn},
+    {"fiber_spawn_remote", run_fiber_spawn_remote, ops_spawn},
+    {"fiber_yield", run_fiber_yield, ops_yield_many},
+    {"fiber_ping_pong", run_fiber_ping_pong, ops_ping_pong},
+    {"fiber_chained_spawn", run_fiber_chained_spawn, ops_chained_spawn},
+    {"fiber_fork_join", run_fiber_fork_join, ops_fork_join},
+    {"fiber_skynet", run_fiber_skynet, ops_skynet},
 };
 #define N_WORKLOADS (sizeof WORKLOADS / sizeof WORKLOADS[0])
 

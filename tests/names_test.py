@@ -29,11 +29,13 @@ SPAWN_SITE_MACROS = {
     "rt_spawn_local": "rt_spawn_local_with_site",
     "rt_group_spawn": "rt_group_spawn_with_site",
     "rt_block_on": "rt_block_on_with_site",
+    "rt_fiber_spawn": "rt_fiber_spawn_with_site",
+    "rt_fiber_spawn_ex": "rt_fiber_spawn_with_site",
 }
 # Verbs that are not an end of life: a semaphore's permits and a coroutine's
 # hold on a lock are released (acquire/release), not the object.
 RELEASE_OK = {"rt_semaphore_release", "rt_coro_release"}
-BLOCKING_POOL = {"rt_spawn_blocking", "rt_spawn_blocking_ex", "rt_blocking_fn"}
+BLOCKING_POOL = {"rt_spawn_blocking", "rt_spawn_blocking_ex", "rt_blocking_fn", "rt_fiber_run_blocking"}
 BANNED_VERBS = ("destroy", "unref", "ref", "detach", "abort", "dispose", "delete", "deinit",
                 "fini", "release")
 
@@ -126,6 +128,9 @@ def main():
         words = name.replace("_by_ref", "_byref").split("_")[1:]
         if name.endswith("_wait") and "int64_t timeout_ns" not in params:
             bad(rel, name, "a _wait function blocks the calling thread, with a timeout_ns")
+        if words[-1] == "await" and name != "rt_fiber_await" and name[:-len("await")] + "init" not in functions:
+            bad(rel, name, "an _await helper is an operation's init and its await: "
+                f"{name[:-len('await')]}init must exist")
         if "blocking" in words and name not in BLOCKING_POOL:
             bad(rel, name, "_blocking names only the blocking pool; a thread-blocking call ends in _wait")
         for verb in BANNED_VERBS:

@@ -1,7 +1,7 @@
 /* asyncrt: fibers, tasks that run sequential C on a stack of their own.
  *
  * A fiber is a task whose body is an ordinary function: it keeps its locals
- * across waits, and waits with one call, rt_await, on any operation of the
+ * across waits, and waits with one call, rt_fiber_await, on any operation of the
  * library (anything that begins with RT_FUTURE_HEADER). Awaiting an
  * operation that is not ready switches the fiber out; its task's poll
  * returns RT_PENDING, and the next poll, on whichever worker runs it,
@@ -43,7 +43,10 @@
  * declares __errno_location const, so the compiler may reuse the first
  * thread's errno address after the switch), thread-local variables,
  * pthread_self(), a pthread mutex or spinlock held across the await (it
- * would be unlocked by another thread), a changed signal mask. Every
+ * would be unlocked by another thread), a changed signal mask, and on
+ * x86-64 a changed SSE rounding or flush-to-zero mode (MXCSR, fesetround
+ * and friends: the switch keeps it per thread, so restore it before an
+ * await; the x87 control word and AArch64's FPCR are kept per fiber). Every
  * function here returns -errno values, so no fiber needs errno. Spawn with
  * rt_fiber_options.worker to keep a fiber on one worker.
  *
@@ -131,10 +134,7 @@ int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_op
  * op must stay where it is until this returns (a local of the fiber is
  * the usual place). Errors: -EPERM (not called from a fiber: nothing is
  * done to op), -EINVAL (op NULL), -ECANCELED. From a fiber only. */
-int64_t rt_await(rt_future *op);
-
-/* rt_await of any operation struct: RT_FIBER_AWAIT(&rd). */
-#define RT_FIBER_AWAIT(op) rt_await(&(op)->future)
+int64_t rt_fiber_await(rt_future *op);
 
 /* True when the calling code runs in a fiber. Any thread. */
 bool rt_in_fiber(void);
@@ -162,13 +162,13 @@ void rt_fiber_unshield(void);
 
 /* Runs fn(arg) on the runtime's blocking pool (rt_spawn_blocking) and
  * awaits it; its result goes to *result (may be NULL). Returns 0, or the
- * errors of rt_spawn_blocking and rt_await (-ECANCELED: the job runs on
+ * errors of rt_spawn_blocking and rt_fiber_await (-ECANCELED: the job runs on
  * to its end and its result is discarded). From a fiber only. */
 int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **result);
 
 /* ---- Blocking-style helpers -------------------------------------------------
  *
- * Each is its operation's init and rt_await, for fibers only; the results
+ * Each is its operation's init and rt_fiber_await, for fibers only; the results
  * are the operation's (a negative errno on failure, -ECANCELED after a
  * cancel, -EPERM outside a fiber). */
 

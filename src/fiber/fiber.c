@@ -62,27 +62,28 @@
 #define RT__NO_TSAN __attribute__((noinline))
 #endif
 
+/* The fiber's control block: at the top of its own stack, so that a fiber
+ * costs no allocation beyond its task and a pooled stack. */
 typedef struct rt__fiber {
     rt_fiber_fn fn;
     void *arg;
     void *result;
     rt_runtime *rt;
-    const char *site;    /* the spawn site, for the overflow report */
-    uint64_t task_id;    /* for the overflow report */
-    size_t stack_size;   /* asked for at spawn */
-    rt__stack stack;     /* low NULL until the first run */
-    void *sp;            /* the fiber's stack pointer while it is switched out */
-    void *poller_sp;     /* the stack pointer of the poll that switched it in */
-    rt_context *cx;      /* that poll's context; NULL in the drop */
-    int status;          /* rt_fiber_set_status */
-    bool finished;       /* fn returned */
-    bool cancelled;      /* resumed by the drop: awaits fail */
-    bool abandoned;      /* switched out for good at shutdown */
-    bool shielded;       /* rt_fiber_shield until shield_deadline */
+    const char *site; /* the spawn site, for the overflow report */
+    uint64_t task_id; /* for the overflow report */
+    rt__stack stack;  /* the stack this block sits at the top of */
+    void *sp;         /* the fiber's stack pointer while it is switched out */
+    void *poller_sp;  /* the stack pointer of the poll that switched it in */
+    rt_context *cx;   /* that poll's context; NULL in the drop */
+    int status;       /* rt_fiber_set_status */
+    bool finished;    /* fn returned */
+    bool cancelled;   /* resumed by the drop: awaits fail */
+    bool abandoned;   /* switched out for good at shutdown */
+    bool shielded;    /* rt_fiber_shield until shield_deadline */
     int64_t shield_deadline;
 #ifdef RT__FIBER_ASAN
-    void *asan_fake;             /* the fiber's fake stack while switched out */
-    const void *poller_low;      /* the stack it came from */
+    void *asan_fake;        /* the fiber's fake stack while switched out */
+    const void *poller_low; /* the stack it came from */
     size_t poller_size;
 #endif
 #ifdef RT__FIBER_TSAN
@@ -90,6 +91,19 @@ typedef struct rt__fiber {
     void *tsan_poller; /* the one that switched it in */
 #endif
 } rt__fiber;
+
+/* The task's state: what the fiber needs before it first runs, then its
+ * control block. Small enough for the scheduler's cached task blocks. */
+typedef struct fiber_task {
+    rt_fiber_fn fn;
+    void *arg;
+    rt_runtime *rt;
+    const char *site;
+    uint64_t task_id;
+    size_t stack_size;
+    rt__fiber *f;  /* NULL until the first run, and again once released */
+    bool finished; /* the function returned and the stack went back */
+} fiber_task;
 
 /* The fiber the calling thread runs, set by the poll around its switch in.
  * Read only through current_fiber(), at the entry of each public function,
@@ -163,53 +177,70 @@ _Noreturn RT__NO_TSAN void rt__fiber_entry(void *arg)
 __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
 {
     char line[256];
-    int n = snprintf(line, sizeof line,
-                     "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
-                     (unsigned long long)f->task_id, f->site != NULL ? f->site : "?",
-                     f->stack.size);
+    int n =
+        snprintf(line, sizeof line,
+                 "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
+                 (unsigned long long)f->task_id, f->site != NULL ? f->site : "?", f->stack.size);
     if (n > 0)
         (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
     abort();
 }
 
-static int fiber_start(rt__fiber *f)
+/* Maps (or takes from the pool) the fiber's stack, puts the control block
+ * at its top and the first context below it. */
+static int fiber_start(fiber_task *ft)
 {
-    int err = rt__stack_get(f->stack_size, &f->stack);
+    rt__stack stack;
+    int err = rt__stack_get(ft->stack_size, &stack);
     if (err < 0)
         return err;
 #ifdef RT__FIBER_ASAN
     /* A pooled stack keeps the poisoning of the frames that ran on it. */
-    __asan_unpoison_memory_region(f->stack.low, f->stack.size);
+    __asan_unpoison_memory_region(stack.low, stack.size);
 #endif
+    size_t block = (sizeof(rt__fiber) + 63) & ~(size_t)63;
+    rt__fiber *f = (rt__fiber *)(void *)(stack.low + stack.size - block);
+    memset(f, 0, sizeof(*f));
+    f->fn = ft->fn;
+    f->arg = ft->arg;
+    f->rt = ft->rt;
+    f->site = ft->site;
+    f->task_id = ft->task_id;
+    f->stack = stack;
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
-    f->sp = rt__fiber_make(f->stack.low + f->stack.size);
+    f->sp = rt__fiber_make(f);
+    ft->f = f;
     return 0;
 }
 
-static void fiber_release(rt__fiber *f)
+static void fiber_release(fiber_task *ft)
 {
+    rt__fiber *f = ft->f;
 #ifdef RT__FIBER_TSAN
     __tsan_destroy_fiber(f->tsan_fiber);
-    f->tsan_fiber = NULL;
 #endif
-    rt__stack_put(&f->stack);
+    rt__stack stack = f->stack; /* the block goes with the stack */
+    ft->f = NULL;
+    ft->finished = true;
+    rt__stack_put(&stack);
 }
 
 /* ---- The task --------------------------------------------------------------*/
 
 static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
 {
-    rt__fiber *f = state;
-    if (f->stack.low == NULL) {
-        int err = fiber_start(f);
+    fiber_task *ft = state;
+    if (ft->f == NULL) {
+        int err = fiber_start(ft);
         if (err < 0) {
             rt_task_set_status(cx, err);
             *out = NULL;
             return RT_READY;
         }
     }
+    rt__fiber *f = ft->f;
     f->cx = cx;
     switch_in(f);
     f->cx = NULL;
@@ -219,24 +250,25 @@ static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
         return RT_PENDING;
     *out = f->result;
     rt_task_set_status(cx, f->status);
-    fiber_release(f);
+    fiber_release(ft);
     return RT_READY;
 }
 
 static void fiber_drop(void *state)
 {
-    rt__fiber *f = state;
-    if (f->finished)
+    fiber_task *ft = state;
+    if (ft->finished)
         return; /* it returned: the poll released everything */
+    if (ft->f == NULL && fiber_start(ft) < 0)
+        return; /* no stack: it never runs */
+    rt__fiber *f = ft->f;
     f->cancelled = true;
     f->cx = NULL;
-    if (f->stack.low == NULL && fiber_start(f) < 0)
-        return; /* no stack: it never runs */
     switch_in(f);
     if (!rt__stack_intact(&f->stack))
         overflowed(f);
     if (f->finished)
-        fiber_release(f);
+        fiber_release(ft);
     else
         rt__runtime_count_fiber_abandoned(f->rt); /* its stack stays mapped */
 }
@@ -270,10 +302,10 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
     }
     if (stack_size > ((size_t)1 << 40))
         return -EINVAL;
-    rt__fiber f = {.fn = fn, .arg = arg, .rt = rt, .site = site, .stack_size = stack_size};
     uint64_t id = rt__task_new_id();
-    f.task_id = id;
-    return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &f, sizeof f, handle, id, site, NULL,
+    fiber_task ft = {
+        .fn = fn, .arg = arg, .rt = rt, .site = site, .task_id = id, .stack_size = stack_size};
+    return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
                      NULL);
 }
 
@@ -346,7 +378,7 @@ static int64_t await_in(rt__fiber *f, rt_future *op)
     }
 }
 
-RT_EXPORT int64_t rt_await(rt_future *op)
+RT_EXPORT int64_t rt_fiber_await(rt_future *op)
 {
     rt__fiber *f = current_fiber();
     if (f == NULL)

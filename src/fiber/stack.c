@@ -18,7 +18,7 @@
 #define RT__CHUNK_STACKS 64u
 /* Stacks kept for reuse; beyond that a guarded one is unmapped and a
  * chunked one has its pages given back (MADV_DONTNEED). */
-#define RT__POOL_MAX 1024u
+#define RT__POOL_MAX 16384u
 
 /* A pooled stack's link lives in its own lowest bytes, above the canary. */
 typedef struct pooled {
@@ -26,6 +26,20 @@ typedef struct pooled {
     struct pooled *next;
     rt__stack stack;
 } pooled;
+
+/* Each thread keeps the last few stacks it released, of one size, for the
+ * next fiber it starts (a fiber spawned by a worker usually starts and
+ * ends there): no lock on the common path. What a thread holds when it
+ * exits goes back to the shared pool. */
+#define RT__THREAD_CACHE 16u
+typedef struct thread_cache {
+    unsigned len;
+    rt__stack stacks[RT__THREAD_CACHE];
+} thread_cache;
+static __thread thread_cache tls_cache;
+static __thread bool tls_cache_registered;
+static pthread_key_t cache_key;
+static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pooled *pool_head;     /* under pool_lock */
@@ -93,12 +107,37 @@ static int carve_chunked(size_t size, rt__stack *out)
     return 0;
 }
 
-int rt__stack_get(size_t size, rt__stack *out)
+static void pool_put(rt__stack *s);
+
+static void cache_flush(void *arg)
+{
+    thread_cache *c = arg;
+    while (c->len > 0)
+        pool_put(&c->stacks[--c->len]);
+}
+
+static void cache_key_create(void)
+{
+    (void)pthread_key_create(&cache_key, cache_flush);
+}
+
+static size_t round_size(size_t size)
 {
     size_t page = rt__page_size();
     size = (size + page - 1) & ~(page - 1);
-    if (size < 2 * page)
-        size = 2 * page;
+    return size < 2 * page ? 2 * page : size;
+}
+
+int rt__stack_get(size_t size, rt__stack *out)
+{
+    size = round_size(size);
+    thread_cache *c = &tls_cache;
+    if (c->len > 0 && c->stacks[c->len - 1].size == size) {
+        *out = c->stacks[--c->len];
+        if (!out->guarded)
+            *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
+        return 0;
+    }
     pthread_mutex_lock(&pool_lock);
     for (pooled **p = &pool_head; *p != NULL; p = &(*p)->next) {
         if ((*p)->stack.size == size) {
@@ -130,6 +169,23 @@ void rt__stack_put(rt__stack *s)
 {
     if (s->low == NULL)
         return;
+    thread_cache *c = &tls_cache;
+    if (!tls_cache_registered) {
+        /* The key's destructor gives the cache back when the thread exits. */
+        pthread_once(&cache_key_once, cache_key_create);
+        tls_cache_registered = pthread_setspecific(cache_key, c) == 0;
+    }
+    if (tls_cache_registered && c->len < RT__THREAD_CACHE &&
+        (c->len == 0 || c->stacks[0].size == s->size)) {
+        c->stacks[c->len++] = *s;
+        s->low = NULL;
+        return;
+    }
+    pool_put(s);
+}
+
+static void pool_put(rt__stack *s)
+{
     pooled *node = (pooled *)(void *)s->low;
     pthread_mutex_lock(&pool_lock);
     if (pool_len < RT__POOL_MAX || s->chunked) {

@@ -88,7 +88,15 @@ func emit(r result) {
 
 // measure runs fn once as warm-up and then reps times; fn returns the time of
 // one repetition. ns/op figures are time/ops. It returns the per-rep durations.
+// reportAs, when set, replaces the name measure reports: the fiber
+// workloads of asyncrt are the goroutine workloads here, reported again
+// under the fiber names (goroutines are Go's fibers).
+var reportAs string
+
 func measure(name string, ops int64, fn func() time.Duration, extra func([]time.Duration) []kv) {
+	if reportAs != "" {
+		name = reportAs
+	}
 	runtime.GC()
 	fn() // warm-up
 	durs := make([]time.Duration, *flagReps)
@@ -580,6 +588,13 @@ func main() {
 		{"sleep_1ms", benchSleep1ms},
 		{"select", benchSelect},
 		{"select_fair", benchSelectFair},
+		{"fiber_spawn", as("fiber_spawn", benchSpawnLocal)},
+		{"fiber_spawn_remote", as("fiber_spawn_remote", benchSpawnRemote)},
+		{"fiber_yield", as("fiber_yield", benchYieldMany)},
+		{"fiber_ping_pong", as("fiber_ping_pong", benchPingPong)},
+		{"fiber_chained_spawn", as("fiber_chained_spawn", benchChainedSpawn)},
+		{"fiber_fork_join", as("fiber_fork_join", benchForkJoin)},
+		{"fiber_skynet", benchSkynet},
 	}
 	want := map[string]bool{}
 	if *flagOnly != "" {
@@ -611,4 +626,51 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// as runs a goroutine workload under a fiber workload's name.
+func as(name string, fn func()) func() {
+	return func() {
+		reportAs = name
+		fn()
+		reportAs = ""
+	}
+}
+
+// ---- fiber_skynet ------------------------------------------------------------
+
+// skynet: a goroutine per node of a 10-ary tree of depth 6; leaf i returns
+// i, every node the sum of its ten children (received over a channel).
+func skynet(out chan<- int, num, size int) {
+	if size == 1 {
+		out <- num
+		return
+	}
+	rc := make(chan int, 10)
+	size /= 10
+	for i := 0; i < 10; i++ {
+		go skynet(rc, num+i*size, size)
+	}
+	sum := 0
+	for i := 0; i < 10; i++ {
+		sum += <-rc
+	}
+	out <- sum
+}
+
+func benchSkynet() {
+	measure("fiber_skynet", 1111111, func() time.Duration {
+		return onRuntime(func() time.Duration {
+			start := time.Now()
+			out := make(chan int, 1)
+			go skynet(out, 0, 1000000)
+			sum := <-out
+			d := time.Since(start)
+			if sum != 499999500000 {
+				fmt.Fprintln(os.Stderr, "fiber_skynet: wrong sum", sum)
+				os.Exit(1)
+			}
+			return d
+		})
+	}, nil)
 }
