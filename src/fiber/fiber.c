@@ -159,7 +159,7 @@ RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
 #endif
 }
 
-_Noreturn RT__NO_TSAN void rt__fiber_entry(void *arg)
+_Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 {
     rt__fiber *f = arg;
 #ifdef RT__FIBER_ASAN
@@ -210,7 +210,7 @@ static int fiber_start(fiber_task *ft)
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
-    f->sp = rt__fiber_make(f);
+    f->sp = rt__fiber_make(f, fiber_main);
     ft->f = f;
     return 0;
 }

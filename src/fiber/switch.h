@@ -27,13 +27,10 @@
 void *rt__fiber_switch(void **from_sp, void *to_sp, void *arg);
 
 /* Prepares a context at the top of a stack (`top`, the highest address,
- * any alignment) whose first switch-in calls rt__fiber_entry(arg). Returns
- * its stack pointer, for rt__fiber_switch. */
-void *rt__fiber_make(void *top);
-
-/* Where a made context starts, on its own stack; it never returns (the
- * fiber's last act is a switch away that is never resumed). Defined by
- * fiber.c. */
-_Noreturn void rt__fiber_entry(void *arg);
+ * any alignment) whose first switch-in calls entry(arg), `arg` being what
+ * that switch passes. entry runs on the new stack and never returns (a
+ * fiber's last act is a switch away that is never resumed). Returns the
+ * context's stack pointer, for rt__fiber_switch. */
+void *rt__fiber_make(void *top, void (*entry)(void *arg));
 
 #endif

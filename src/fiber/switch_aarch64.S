@@ -58,7 +58,8 @@ rt__fiber_switch:
     .cfi_endproc
     .size rt__fiber_switch, .-rt__fiber_switch
 
-/* The first code a made context runs (x0 holds the switch's arg), reached
+/* The first code a made context runs (x0 holds the switch's arg, x19 the
+ * entry function rt__fiber_make was given), reached
  * by the switch's `ret`. Unwinders stop here: the return address is
  * undefined. */
     .type rt__fiber_trampoline, %function
@@ -68,12 +69,13 @@ rt__fiber_trampoline:
     .cfi_undefined x30
     RT__BTI_C
     mov x29, #0
-    bl rt__fiber_entry
+    blr x19
     brk #0
     .cfi_endproc
     .size rt__fiber_trampoline, .-rt__fiber_trampoline
 
-/* void *rt__fiber_make(void *top): x0 = top. */
+/* void *rt__fiber_make(void *top, void (*entry)(void *)): x0 = top,
+ * x1 = entry, which the trampoline finds in x19. */
     .globl rt__fiber_make
     .hidden rt__fiber_make
     .type rt__fiber_make, %function
@@ -83,8 +85,8 @@ rt__fiber_make:
     RT__BTI_C
     and x0, x0, #~15
     sub x0, x0, #176
-    /* Every saved register zero but x30, the trampoline, and FPCR, this
-     * thread's. */
+    /* Every saved register zero but x19, the entry, x30, the trampoline,
+     * and FPCR, this thread's. */
     mov x9, #0
     mov x10, x0
     add x11, x0, #176
@@ -93,6 +95,7 @@ rt__fiber_make:
     b.lo 1b
     adr x9, rt__fiber_trampoline
     str x9, [x0, #88]
+    str x1, [x0, #0]
     mrs x9, fpcr
     str x9, [x0, #160]
     ret

@@ -53,7 +53,8 @@ rt__fiber_switch:
     .cfi_endproc
     .size rt__fiber_switch, .-rt__fiber_switch
 
-/* The first code a made context runs: rdi holds the switch's arg. Marked
+/* The first code a made context runs: rdi holds the switch's arg, r12 the
+ * entry function rt__fiber_make was given. Marked
  * with an undefined return address, so that debuggers and unwinders stop
  * here instead of walking into whatever lies above the stack. */
     .type rt__fiber_trampoline, @function
@@ -62,12 +63,13 @@ rt__fiber_trampoline:
     .cfi_startproc
     .cfi_undefined rip
     RT__ENDBR
-    call rt__fiber_entry@PLT
+    call *%r12
     ud2
     .cfi_endproc
     .size rt__fiber_trampoline, .-rt__fiber_trampoline
 
-/* void *rt__fiber_make(void *top): rdi = top. */
+/* void *rt__fiber_make(void *top, void (*entry)(void *)): rdi = top,
+ * rsi = entry, which the trampoline finds in r12. */
     .globl rt__fiber_make
     .hidden rt__fiber_make
     .type rt__fiber_make, @function
@@ -83,11 +85,11 @@ rt__fiber_make:
     subq $8, %rax
     leaq rt__fiber_trampoline(%rip), %rcx
     movq %rcx, (%rax)
-    /* Six callee-saved registers, zero. */
+    /* Six callee-saved registers: r12 the entry, the others zero. */
     xorl %ecx, %ecx
     movq %rcx, -8(%rax)
     movq %rcx, -16(%rax)
-    movq %rcx, -24(%rax)
+    movq %rsi, -24(%rax)
     movq %rcx, -32(%rax)
     movq %rcx, -40(%rax)
     movq %rcx, -48(%rax)
