@@ -138,6 +138,7 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         cfg->blocking_threads == 0 || cfg->blocking_idle_ns <= 0 || cfg->reactor_nap_ns < 0 ||
         cfg->stall_ns < 0 || cfg->poll_timing < 0 || cfg->poll_timing > 1 || cfg->dump_signal < 0 ||
         (cfg->dump_signal > 0 && cfg->dump_fd < 0) || cfg->fiber_shutdown_ns < 0 ||
+        cfg->fiber_migrate < 0 || cfg->fiber_migrate > 1 ||
         cfg->fiber_stack_size > ((size_t)1 << 40))
         return -EINVAL;
 #ifndef RT_HAVE_DIAGNOSTICS
@@ -153,6 +154,9 @@ RT_EXPORT int rt_runtime_new(const rt_config *cfg, rt_runtime **out)
         return -ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rt->config = *cfg;
+    const char *migrate = getenv("ASYNCRT_FIBER_MIGRATE");
+    if (migrate != NULL && strcmp(migrate, "1") == 0)
+        rt->config.fiber_migrate = 1;
     if (rt->config.fiber_stack_size == 0)
         rt->config.fiber_stack_size = defaults.fiber_stack_size;
     rt->fiber_deadline = -1;

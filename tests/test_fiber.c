@@ -572,3 +572,30 @@ Test(fiber, runs_a_blocking_function_on_the_pool)
     cr_assert_eq((uintptr_t)v, 42);
     finish_runtime(rt, 0);
 }
+
+/* ---- rt_config.fiber_migrate -------------------------------------------- */
+
+static void *hops(void *arg)
+{
+    unsigned *seen = arg;
+    for (int i = 0; i < 500 && *seen != 3u; i++) {
+        *seen |= 1u << rt_current_worker();
+        cr_assert_eq(rt_sleep_await(0), 0);
+    }
+    return NULL;
+}
+
+Test(fiber, the_migrate_option_moves_a_lone_fiber_between_workers)
+{
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.fiber_migrate = 1;
+    rt_runtime *rt = new_runtime_config(&cfg);
+    unsigned seen = 0;
+    rt_task *t;
+    cr_assert_eq(rt_fiber_spawn(rt, hops, &seen, &t), 0);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert_eq(seen, 3u, "the fiber stayed on worker %u", seen == 1u ? 0u : 1u);
+    finish_runtime(rt, 0);
+}

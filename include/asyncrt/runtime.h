@@ -128,6 +128,12 @@ typedef struct rt_config {
     /* How long rt_runtime_shutdown lets cancelled fibers run their cleanup
      * (fiber.h, "Cancellation"), from when it begins. Default 1 s. >= 0. */
     int64_t fiber_shutdown_ns;
+    /* A debugging aid: 1 makes every await of a fiber first move it to
+     * another worker (the next one, with two or more), so that code keeping
+     * errno, a thread-local or a thread's lock across an await fails in
+     * tests rather than in production. Pinned fibers stay put. Also turned
+     * on by the environment variable ASYNCRT_FIBER_MIGRATE=1. Default 0. */
+    int fiber_migrate;
 } rt_config;
 
 /* Largest accepted rt_config.workers. */

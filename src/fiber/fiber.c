@@ -80,6 +80,7 @@ typedef struct rt__fiber {
     bool cancelled;   /* resumed by the drop: awaits fail */
     bool abandoned;   /* switched out for good at shutdown */
     bool shielded;    /* rt_fiber_shield until shield_deadline */
+    bool migrate;     /* rt_config.fiber_migrate: move at every await */
     int64_t shield_deadline;
 #ifdef RT__FIBER_ASAN
     void *asan_fake;        /* the fiber's fake stack while switched out */
@@ -103,6 +104,7 @@ typedef struct fiber_task {
     size_t stack_size;
     rt__fiber *f;  /* NULL until the first run, and again once released */
     bool finished; /* the function returned and the stack went back */
+    bool migrate;  /* rt_config.fiber_migrate */
 } fiber_task;
 
 /* The fiber the calling thread runs, set by the poll around its switch in.
@@ -207,6 +209,7 @@ static int fiber_start(fiber_task *ft)
     f->site = ft->site;
     f->task_id = ft->task_id;
     f->stack = stack;
+    f->migrate = ft->migrate;
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -303,8 +306,13 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
     if (stack_size > ((size_t)1 << 40))
         return -EINVAL;
     uint64_t id = rt__task_new_id();
-    fiber_task ft = {
-        .fn = fn, .arg = arg, .rt = rt, .site = site, .task_id = id, .stack_size = stack_size};
+    fiber_task ft = {.fn = fn,
+                     .arg = arg,
+                     .rt = rt,
+                     .site = site,
+                     .task_id = id,
+                     .stack_size = stack_size,
+                     .migrate = rt__runtime_fiber_migrate(rt)};
     return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
                      NULL);
 }
@@ -364,6 +372,12 @@ static bool shield_holds(rt__fiber *f)
 
 static int64_t await_in(rt__fiber *f, rt_future *op)
 {
+    if (rt__unlikely(f->migrate) && !f->cancelled) {
+        /* To the next worker first: the poll below runs there
+         * (rt_config.fiber_migrate). */
+        rt__yield_elsewhere(f->cx);
+        switch_out(f, false);
+    }
     for (;;) {
         if (f->cancelled) {
             abandon_if_late(f);

@@ -103,6 +103,11 @@ size_t rt__runtime_fiber_stack_size(rt_runtime *rt)
     return rt->config.fiber_stack_size;
 }
 
+bool rt__runtime_fiber_migrate(rt_runtime *rt)
+{
+    return rt->config.fiber_migrate != 0;
+}
+
 int64_t rt__runtime_fiber_deadline(rt_runtime *rt)
 {
     /* Written by shutdown before it drops any task, on the thread that

@@ -86,6 +86,7 @@ void rt__runtime_count_stall(rt_runtime *rt);
  * after it began), -1 before shutdown; and one more fiber abandoned
  * (rt_metrics.fibers_abandoned; any thread). */
 size_t rt__runtime_fiber_stack_size(rt_runtime *rt);
+bool rt__runtime_fiber_migrate(rt_runtime *rt);
 int64_t rt__runtime_fiber_deadline(rt_runtime *rt);
 void rt__runtime_count_fiber_abandoned(rt_runtime *rt);
 

@@ -98,6 +98,33 @@ void rt__schedule_woken(rt_runtime *rt, rt_task **tasks, unsigned n)
     rt__unpark_workers(rt, n, false);
 }
 
+void rt__requeue_elsewhere(rt__worker *w, rt_task *t)
+{
+    rt_runtime *rt = w->rt;
+    if (rt->nworkers == 1) {
+        rt__defer(w, t);
+        return;
+    }
+    /* The next worker's inbox, as a local task's wake from another thread
+     * goes (schedule_pinned): that worker runs it next, this one cannot
+     * take it back. Still claimed (RUNNING): the popping worker polls it
+     * without a read-modify-write; the inbox's enqueue is the release its
+     * dequeue acquires. The task is not pinned, so its later wakes go
+     * wherever any task's go. */
+    rt__worker *target = &rt->workers[(w->index + 1) % rt->nworkers];
+    rt__injector_push(&target->inbox, &t->node);
+    RT__DEBUG_YIELD(); /* the worker may be parking right here */
+    rt__unpark_worker(target);
+}
+
+void rt__yield_elsewhere(rt_context *cx)
+{
+    rt__worker *w = rt__worker_current();
+    rt_waker_wake_by_ref(rt_context_waker(cx));
+    if (w != NULL && w->own.current_notified)
+        w->own.yield_elsewhere = true;
+}
+
 void rt__defer(rt__worker *w, rt_task *t)
 {
     if (rt__task_pinned(t) >= 0)

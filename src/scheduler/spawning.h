@@ -23,6 +23,12 @@ extern const rt_waker_vtable rt__task_waker_vtable;
  * with static storage, or NULL), for task dumps; on_finish (NULL: none) is
  * told how the task ended, with finish_arg (task_internal.h,
  * rt__task_finish_fn). *handle is written before the task can run. */
+/* A yield (the caller returns RT_PENDING next) that requeues the task on
+ * the next worker (in index order) instead of this one, unless it is
+ * pinned or the only worker: rt_config.fiber_migrate's forced migration.
+ * From the task's own poll, with its context. */
+void rt__yield_elsewhere(rt_context *cx);
+
 int rt__spawn(rt_runtime *rt, const rt_spawn_options *opts, rt_poll_fn poll, rt_drop_fn drop,
               const void *state, size_t size, rt_task **handle, uint64_t id, const char *site,
               rt__task_finish_fn on_finish, void *finish_arg);

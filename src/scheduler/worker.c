@@ -296,6 +296,7 @@ static void run_task(rt__worker *w, rt_task *t)
     void *out = NULL;
     rt__store_relaxed_ptr((void **)&w->own.current, t);
     w->own.current_notified = false;
+    w->own.yield_elsewhere = false;
     w->own.poll_status = 0;
     rt__budget_open(w->budget_limit);
     rt_poll r;
@@ -341,6 +342,8 @@ static void run_task(rt__worker *w, rt_task *t)
          * honoured now rather than at the next pop. */
         if (rt__load_acquire_u64(&t->state) & RT__TASK_CANCELLED)
             cancel_running(w, t);
+        else if (rt__unlikely(w->own.yield_elsewhere) && rt__task_pinned(t) < 0)
+            rt__requeue_elsewhere(w, t);
         else
             rt__defer(w, t);
         rt__stat_add(&w->stats.polls, 1);

@@ -30,6 +30,8 @@ typedef struct rt__worker_own {
     struct rt_task *current;
     /* The current task woke itself during this poll (see the task word). */
     bool current_notified;
+    /* ... and asked to move to another worker (rt__yield_elsewhere). */
+    bool yield_elsewhere;
     /* The status the current poll gave its task (rt_task_set_status): 0
      * before each poll. */
     int32_t poll_status;
@@ -148,6 +150,8 @@ typedef struct rt__worker {
 /* Puts a task woken during its own poll at the end of the worker's deferred
  * list (the queue reference comes with it). */
 void rt__defer(rt__worker *w, rt_task *t);
+/* Requeues a yielding task (still claimed) on the next worker. */
+void rt__requeue_elsewhere(rt__worker *w, rt_task *t);
 
 /* The worker thread's main loop. */
 void *rt__worker_main(void *arg);
