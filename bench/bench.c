@@ -1706,6 +1706,9 @@ static const char USAGE[] =
     "                         of CPU per poll (default 0; not the specified workload)\n"
     "  --echo-client PATH     tcp_echo: the load generator (default: the\n"
     "                         asyncrt-echo-client next to this program)\n"
+    "  --idle-fibers N        only start N fibers that each wait on a channel\n"
+    "                         receive and print their memory (rss_kib,\n"
+    "                         rss_per_fiber_b)\n"
     "  --echo-server PORT     only serve echo on 127.0.0.1:PORT (0: any free\n"
     "                         port) with the tcp_echo server, printing\n"
     "                         'listening 127.0.0.1:PORT', until SIGINT/SIGTERM\n"
@@ -1751,6 +1754,7 @@ struct options {
     bool poll_timing;  /* --poll-timing */
     const char *json;
     int echo_server_port; /* -1: run the workloads */
+    uint64_t idle_fibers; /* --idle-fibers N: measure their memory instead */
     bool selected[N_WORKLOADS];
     struct params params;
 };
@@ -1816,6 +1820,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_VERBOSE,
         OPT_TRACE,
         OPT_POLL_TIMING,
+        OPT_IDLE_FIBERS,
         OPT_HELP
     };
     static const struct option longopts[] = {
@@ -1842,6 +1847,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"trace", required_argument, NULL, OPT_TRACE},
         {"poll-timing", no_argument, NULL, OPT_POLL_TIMING},
+        {"idle-fibers", required_argument, NULL, OPT_IDLE_FIBERS},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -1935,6 +1941,9 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case OPT_VERBOSE:
             o->verbose = true;
+            break;
+        case OPT_IDLE_FIBERS:
+            o->idle_fibers = parse_count("--idle-fibers", optarg, 1, 100000000);
             break;
         case OPT_TRACE:
             o->trace = optarg;
@@ -2051,6 +2060,11 @@ int main(int argc, char **argv)
     int err = rt_runtime_new(&cfg, &rt);
     if (err < 0)
         fail("rt_runtime_new (%u workers): %s", o.workers, rt_strerror(err));
+    if (o.idle_fibers > 0) {
+        fiber_bench_idle(rt, o.idle_fibers, o.workers);
+        rt_runtime_free(rt);
+        return 0;
+    }
     if (o.trace != NULL && (err = rt_trace_start(rt, o.trace)) < 0)
         fail("rt_trace_start %s: %s", o.trace, rt_strerror(err));
 

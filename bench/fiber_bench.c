@@ -9,8 +9,11 @@
 
 #include "fiber_bench.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -356,4 +359,71 @@ uint64_t fiber_bench_skynet(rt_runtime *rt, uint64_t *sum)
     uint64_t elapsed = run_root(rt, "fiber_skynet", skynet_root, &a);
     *sum = a.sum;
     return elapsed;
+}
+
+/* ---- --idle-fibers: memory per waiting fiber ------------------------------*/
+
+/* VmRSS of this process in KiB, from /proc/self/status. */
+static uint64_t rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        bench_fail("idle_fibers: /proc/self/status: cannot open");
+    char line[256];
+    uint64_t kib = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmRSS: %" SCNu64, &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+struct idle_args {
+    rt_chan *ch;
+    atomic_uint_fast64_t waiting;
+};
+
+static void *idle_fiber(void *arg)
+{
+    struct idle_args *a = arg;
+    atomic_fetch_add_explicit(&a->waiting, 1, memory_order_relaxed);
+    void *v;
+    int err = rt_chan_recv_await(a->ch, &v); /* until the channel closes */
+    if (err != -EPIPE)
+        bench_fail("idle_fibers: receive: %s", rt_strerror(err));
+    return NULL;
+}
+
+void fiber_bench_idle(rt_runtime *rt, uint64_t n, unsigned workers)
+{
+    struct idle_args a;
+    atomic_init(&a.waiting, 0);
+    if (rt_chan_new(1, &a.ch) < 0)
+        bench_fail("idle_fibers: rt_chan_new");
+    uint64_t before = rss_kib();
+    rt_task **handles = malloc(n * sizeof *handles);
+    if (handles == NULL)
+        bench_fail("idle_fibers: out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        int err = rt_fiber_spawn(rt, idle_fiber, &a, &handles[i]);
+        if (err < 0)
+            bench_fail("idle_fibers: spawn %" PRIu64 ": %s", i, rt_strerror(err));
+    }
+    /* Every fiber counted itself before it waited; its await follows at
+     * once. Give the last ones that moment, without a sleep per fiber. */
+    while (atomic_load(&a.waiting) < n)
+        sched_yield();
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    uint64_t after = rss_kib();
+    printf("bench idle_fibers runtime=asyncrt workers=%u ops=%" PRIu64 " rss_kib=%" PRIu64
+           " rss_per_fiber_b=%.0f\n",
+           workers, n, after, (double)(after - before) * 1024.0 / (double)n);
+    fflush(stdout);
+    rt_chan_sender_drop(a.ch); /* the end: every receive returns -EPIPE */
+    for (uint64_t i = 0; i < n; i++)
+        if (rt_task_wait(handles[i], -1, NULL, NULL) < 0)
+            bench_fail("idle_fibers: wait");
+    free(handles);
+    rt_chan_receiver_drop(a.ch, NULL, NULL);
 }

@@ -33,6 +33,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -42,6 +43,7 @@ var (
 	flagWorkers = flag.Int("workers", runtime.NumCPU(), "GOMAXPROCS (default: number of online CPUs)")
 	flagReps    = flag.Int("reps", 5, "measured repetitions per workload (after 1 warm-up)")
 	flagOnly    = flag.String("only", "", "run only this workload (comma-separated list allowed)")
+	flagIdle    = flag.Int("idle-fibers", 0, "only start N goroutines that each wait on a channel receive and print their memory")
 	flagJSON    = flag.String("json", "", "also write the figures as a JSON array to this file")
 	flagEcho    = flag.String("echo-server", "", "run the tcp_echo server on 127.0.0.1:PORT instead of the benchmarks (0 = any free port)")
 
@@ -573,6 +575,10 @@ func main() {
 		echoServer(*flagEcho)
 		return
 	}
+	if *flagIdle > 0 {
+		idleGoroutines(*flagIdle)
+		return
+	}
 
 	all := []struct {
 		name string
@@ -673,4 +679,51 @@ func benchSkynet() {
 			return d
 		})
 	}, nil)
+}
+
+// ---- --idle-fibers ------------------------------------------------------------
+
+// rssKiB reads VmRSS from /proc/self/status.
+func rssKiB() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idle_fibers:", err)
+		os.Exit(1)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			var kib int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%d", &kib)
+			return kib
+		}
+	}
+	return 0
+}
+
+// idleGoroutines starts n goroutines that each wait on one channel receive
+// and prints the memory they take once all wait, as asyncrt-bench
+// --idle-fibers does for fibers.
+func idleGoroutines(n int) {
+	runtime.GC()
+	before := rssKiB()
+	ch := make(chan int)
+	var waiting int64
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			atomic.AddInt64(&waiting, 1)
+			<-ch
+			wg.Done()
+		}()
+	}
+	for atomic.LoadInt64(&waiting) < int64(n) {
+		runtime.Gosched()
+	}
+	time.Sleep(100 * time.Millisecond)
+	after := rssKiB()
+	fmt.Printf("bench idle_fibers runtime=go workers=%d ops=%d rss_kib=%d rss_per_fiber_b=%.0f\n",
+		*flagWorkers, n, after, float64(after-before)*1024/float64(n))
+	close(ch)
+	wg.Wait()
 }
