@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 TestSuite(fiber, .timeout = 120, .fini = fail_on_leaks);
@@ -599,3 +601,63 @@ Test(fiber, the_migrate_option_moves_a_lone_fiber_between_workers)
     cr_assert_eq(seen, 3u, "the fiber stayed on worker %u", seen == 1u ? 0u : 1u);
     finish_runtime(rt, 0);
 }
+
+/* ---- a stack overflow names the fiber ----------------------------------- */
+
+/* Sanitizers report an overflow themselves; qemu-user cannot fork a
+ * process whose other threads run (support.h). */
+#if !defined(TEST_HAVE_LSAN) && !defined(TEST_HAVE_TSAN) && !defined(TEST_UNDER_EMULATOR)
+/* Deep enough for any stack of the test: each frame holds 512 bytes. */
+static uintptr_t descend(uintptr_t depth)
+{
+    volatile char frame[512];
+    frame[0] = (char)depth;
+    if (depth == 0)
+        return (uintptr_t)frame[0];
+    return descend(depth - 1) + (uintptr_t)frame[0];
+}
+
+static void *recurses(void *arg)
+{
+    (void)arg;
+    return (void *)descend(1u << 20);
+}
+
+/* In a child process, since the overflow ends it: its standard error must
+ * name the fiber's spawn site, and it must die of SIGSEGV. */
+Test(fiber, an_overflow_into_the_guard_page_names_the_fiber)
+{
+    int err_pipe[2];
+    cr_assert_eq(pipe(err_pipe), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        dup2(err_pipe[1], 2);
+        close(err_pipe[0]);
+        rt_runtime *rt;
+        if (rt_runtime_new(NULL, &rt) < 0)
+            _exit(3);
+        rt_fiber_options o;
+        rt_fiber_options_init(&o);
+        o.stack_size = 64 * 1024;
+        rt_task *t;
+        if (rt_fiber_spawn_ex(rt, &o, recurses, NULL, &t) < 0)
+            _exit(4);
+        rt_task_wait(t, -1, NULL, NULL);
+        _exit(5); /* never: the overflow kills the process */
+    }
+    close(err_pipe[1]);
+    char buf[1024] = {0};
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof buf - 1 && (n = read(err_pipe[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)n;
+    close(err_pipe[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "status %#x, stderr: %s", status,
+              buf);
+    cr_assert(strstr(buf, "fiber stack overflow") != NULL, "stderr: %s", buf);
+    cr_assert(strstr(buf, "test_fiber.c:") != NULL, "stderr: %s", buf);
+}
+#endif

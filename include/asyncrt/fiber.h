@@ -31,7 +31,12 @@
  * first runs, committed page by page as it is touched, and pooled after the
  * fiber returns. A stack never grows and never moves, so operations and
  * buffers may live in the fiber's locals. An overflow into the guard page
- * below a stack ends the process with a message naming the fiber;
+ * below a stack ends the process (SIGSEGV) with a message naming the fiber
+ * and its spawn site (for that the library installs a SIGSEGV handler the
+ * first time a thread runs a fiber, passing every other fault on to the
+ * handler installed before it, and gives that thread an alternate signal
+ * stack unless it has one; sanitizer builds leave overflows to the
+ * sanitizer's own report);
  * beyond 16,384 guarded stacks alive at once (each costs two of the
  * process's vm.max_map_count mappings) stacks come without a guard page and
  * a canary at their bottom is checked at every switch, which catches an

@@ -17,7 +17,9 @@
  * -ECANCELED at once, and the fiber runs to its return on the dropping
  * thread. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +177,94 @@ _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 
 /* ---- Stacks ----------------------------------------------------------------*/
 
+/* An overflow into a guard page faults: the SIGSEGV handler below names the
+ * fiber before the process dies, as Go's "stack overflow" does. It runs on
+ * an alternate signal stack (the fiber's own is what overflowed), which
+ * each thread that runs fibers gets before its first one; a fault that is
+ * not on the running fiber's guard page goes to whatever handler was there
+ * before. Sanitizer builds keep their own reports. */
+#if !defined(RT__FIBER_ASAN) && !defined(RT__FIBER_TSAN)
+#define RT__FIBER_OVERFLOW_HANDLER 1
+#define RT__ALTSTACK_SIZE (64 * 1024)
+static struct sigaction previous_segv;
+static pthread_once_t segv_once = PTHREAD_ONCE_INIT;
+static pthread_key_t altstack_key;
+static __thread bool tls_altstack;
+
+static void format_overflow(char *line, size_t size, const rt__fiber *f)
+{
+    snprintf(line, size,
+             "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
+             (unsigned long long)f->task_id, f->site != NULL ? f->site : "?", f->stack.size);
+}
+
+static void on_segv(int sig, siginfo_t *info, void *uc)
+{
+    rt__fiber *f = tls_fiber;
+    if (f != NULL && rt__stack_guard_holds(&f->stack, info->si_addr)) {
+        /* snprintf of integers and strings does not allocate with glibc. */
+        char line[256];
+        format_overflow(line, sizeof line, f);
+        (void)!write(2, line, strlen(line));
+        signal(SIGSEGV, SIG_DFL); /* the faulting write runs again and kills */
+        return;
+    }
+    if (previous_segv.sa_flags & SA_SIGINFO) {
+        if (previous_segv.sa_sigaction != NULL)
+            previous_segv.sa_sigaction(sig, info, uc);
+        return;
+    }
+    if (previous_segv.sa_handler == SIG_IGN)
+        return;
+    if (previous_segv.sa_handler == SIG_DFL || previous_segv.sa_handler == NULL) {
+        signal(SIGSEGV, SIG_DFL);
+        return;
+    }
+    previous_segv.sa_handler(sig);
+}
+
+static void altstack_free(void *p)
+{
+    stack_t off = {.ss_flags = SS_DISABLE};
+    sigaltstack(&off, NULL);
+    munmap(p, RT__ALTSTACK_SIZE);
+}
+
+static void install_segv(void)
+{
+    (void)pthread_key_create(&altstack_key, altstack_free);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+}
+
+/* Before the thread's first fiber: the handler, and this thread's
+ * alternate stack unless it has one of its own. Best effort: without them
+ * an overflow still kills the process, only without the message. */
+static void overflow_report_ready(void)
+{
+    if (rt__likely(tls_altstack))
+        return;
+    tls_altstack = true;
+    pthread_once(&segv_once, install_segv);
+    stack_t cur;
+    if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
+        return;
+    void *m = rt__mmap(NULL, RT__ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (m == MAP_FAILED)
+        return;
+    stack_t ss = {.ss_sp = m, .ss_size = RT__ALTSTACK_SIZE, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0 || pthread_setspecific(altstack_key, m) != 0) {
+        munmap(m, RT__ALTSTACK_SIZE);
+        return;
+    }
+}
+#endif
+
 /* A stack overflow is memory corruption: the process cannot go on. */
 __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
 {
@@ -235,6 +325,9 @@ static void fiber_release(fiber_task *ft)
 static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
 {
     fiber_task *ft = state;
+#ifdef RT__FIBER_OVERFLOW_HANDLER
+    overflow_report_ready();
+#endif
     if (ft->f == NULL) {
         int err = fiber_start(ft);
         if (err < 0) {
