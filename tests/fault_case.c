@@ -1045,6 +1045,57 @@ static int scenario_diag(rt_runtime *rt)
     return run_root(rt, looker_poll, looker_drop, &l, sizeof l);
 }
 
+/* Fibers: a stack mapped (or not), a sleep in the fiber, fibers joining
+ * fibers; a fiber whose stack cannot be mapped finishes with -ENOMEM
+ * without running. */
+static void *fault_fiber_leaf(void *arg)
+{
+    /* Cancelled when the case ends early (the wait failed) and shutdown
+     * cancels what still runs. */
+    int err = EXPECT_OR(rt_sleep_await(1000000), -ECANCELED);
+    return err < 0 ? (void *)(intptr_t)err : arg;
+}
+
+static void *fault_fiber_root(void *arg)
+{
+    (void)arg;
+    rt_task *kids[3];
+    int err = 0;
+    for (int i = 0; i < 3; i++)
+        if (EXPECT_OR(rt_fiber_spawn(NULL, fault_fiber_leaf, NULL, &kids[i]), -ESHUTDOWN) < 0)
+            kids[i] = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (kids[i] == NULL)
+            continue;
+        rt_task_join j;
+        rt_task_join_init(&j, kids[i]);
+        int e = EXPECT_OR((int)rt_fiber_await(&j.future), -ECANCELED);
+        if (e == 0)
+            e = EXPECT_OR((int)(intptr_t)j.value, -ECANCELED);
+        if (err == 0)
+            err = e;
+    }
+    return (void *)(intptr_t)err;
+}
+
+static int scenario_fiber(rt_runtime *rt)
+{
+    rt_task *t = NULL;
+    int e = EXPECT(rt_fiber_spawn(rt, fault_fiber_root, NULL, &t));
+    if (e < 0)
+        return e;
+    void *value = NULL;
+    int status = 0;
+    e = EXPECT(rt_task_wait(t, -1, &value, &status));
+    if (e < 0) {
+        rt_task_drop(t);
+        return e;
+    }
+    if ((e = EXPECT(status)) < 0)
+        return e;
+    return EXPECT((int)(intptr_t)value);
+}
+
 struct scenario {
     const char *name;
     unsigned workers;
@@ -1059,7 +1110,7 @@ static const struct scenario scenarios[] = {
     {"blocking", 2, scenario_blocking, false}, {"shutdown", 2, scenario_shutdown, false},
     {"pipe", 2, scenario_pipe, false},         {"lines", 2, scenario_lines, false},
     {"process", 2, scenario_process, false},   {"passing", 2, scenario_passing, false},
-    {"diag", 2, scenario_diag, true},
+    {"diag", 2, scenario_diag, true},          {"fiber", 2, scenario_fiber, false},
 };
 
 static unsigned count_dir(const char *path)

@@ -186,6 +186,11 @@ Test(fault, shutdown_with_work_in_flight)
     run_scenario("shutdown");
 }
 
+Test(fault, fibers_whose_stacks_cannot_be_mapped)
+{
+    run_scenario("fiber");
+}
+
 Test(fault, a_pipe_adopted_with_rt_io_open)
 {
     run_scenario("pipe");

@@ -117,7 +117,7 @@ typedef struct rt_fiber_options {
 void rt_fiber_options_init(rt_fiber_options *opts);
 
 /* Spawns a fiber running fn(arg) on runtime rt (NULL: the current one,
- * valid only inside a task), with the options (NULL: the defaults). handle
+ * valid only inside a task; in a fiber, the fiber's own), with the options (NULL: the defaults). handle
  * as for rt_spawn (task.h): a join handle the caller owns, or NULL for a
  * detached fiber. arg is the caller's business: the fiber always runs (see
  * "Cancellation" above), so it may own arg and release it.

@@ -383,8 +383,13 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
 {
     if (handle != NULL)
         *handle = NULL;
-    if (rt == NULL)
-        rt = rt_current_runtime();
+    if (rt == NULL) {
+        /* In a fiber, its own runtime: also where its cleanup runs on
+         * shutdown's thread, which is no worker (the spawn then fails with
+         * -ESHUTDOWN, as the header says). */
+        rt__fiber *self = current_fiber();
+        rt = self != NULL ? self->rt : rt_current_runtime();
+    }
     if (rt == NULL || fn == NULL)
         return -EINVAL;
     rt_spawn_options sopts;
