@@ -117,14 +117,12 @@ typedef struct rt_fiber_options {
 void rt_fiber_options_init(rt_fiber_options *opts);
 
 /* Spawns a fiber running fn(arg) on runtime rt (NULL: the current one,
- * valid only inside a task; in a fiber, the fiber's own), with the options (NULL: the defaults). handle
- * as for rt_spawn (task.h): a join handle the caller owns, or NULL for a
- * detached fiber. arg is the caller's business: the fiber always runs (see
- * "Cancellation" above), so it may own arg and release it.
- * Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN); the stack
- * is mapped when the fiber first runs, and a fiber whose stack cannot be
- * mapped finishes at once with status -ENOMEM without running (arg is then
- * not touched). Any thread. */
+ * valid only inside a task; in a fiber, the fiber's own), with the options (NULL: the defaults).
+ * handle as for rt_spawn (task.h): a join handle the caller owns, or NULL for a detached fiber. arg
+ * is the caller's business: the fiber always runs (see "Cancellation" above), so it may own arg and
+ * release it. Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN); the stack is mapped when
+ * the fiber first runs, and a fiber whose stack cannot be mapped finishes at once with status
+ * -ENOMEM without running (arg is then not touched). Any thread. */
 #define rt_fiber_spawn(rt, fn, arg, handle)                                                        \
     rt_fiber_spawn_with_site(RT__HERE, (rt), NULL, (fn), (arg), (handle))
 #define rt_fiber_spawn_ex(rt, opts, fn, arg, handle)                                               \
