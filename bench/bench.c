@@ -72,6 +72,7 @@ struct params {
     uint64_t rounds;         /* ping_pong: R round trips per pair */
     uint64_t chain;          /* chained_spawn: D tasks in the chain */
     uint64_t fib_n;          /* fork_join: fib(n) */
+    uint64_t skynet_depth;   /* fiber_skynet: levels below the root */
     uint64_t timers_n;       /* timers: N sleeping tasks */
     uint64_t select_tasks;   /* select: T tasks (T/2 pairs, R round trips each) */
     uint64_t tcp_conns;      /* tcp_echo: C connections */
@@ -1510,23 +1511,33 @@ static struct rep_result run_fiber_fork_join(rt_runtime *rt, const struct params
     return res;
 }
 
-#define SKYNET_FIBERS 1111111u
+/* Fibers in a 10-ary tree `depth` levels below its root, root included. */
+static uint64_t skynet_fibers(uint64_t depth)
+{
+    uint64_t n = 1, level = 1;
+    for (uint64_t d = 0; d < depth; d++) {
+        level *= 10;
+        n += level;
+    }
+    return n;
+}
 
 static struct rep_result run_fiber_skynet(rt_runtime *rt, const struct params *p)
 {
-    (void)p;
     uint64_t sum = 0;
-    struct rep_result res = {.elapsed_ns = fiber_bench_skynet(rt, &sum),
-                             .tasks_spawned = SKYNET_FIBERS};
-    if (sum != 499999500000ull)
-        fail("fiber_skynet: sum %" PRIu64 ", expected 499999500000", sum);
+    struct rep_result res = {.elapsed_ns = fiber_bench_skynet(rt, p->skynet_depth, &sum),
+                             .tasks_spawned = skynet_fibers(p->skynet_depth)};
+    uint64_t leaves = 1;
+    for (uint64_t d = 0; d < p->skynet_depth; d++)
+        leaves *= 10;
+    if (sum != leaves * (leaves - 1) / 2)
+        fail("fiber_skynet: sum %" PRIu64 ", expected %" PRIu64, sum, leaves * (leaves - 1) / 2);
     return res;
 }
 
 static uint64_t ops_skynet(const struct params *p)
 {
-    (void)p;
-    return SKYNET_FIBERS;
+    return skynet_fibers(p->skynet_depth);
 }
 
 /* In their documented order, which is also the order they run in. */
@@ -1697,6 +1708,7 @@ static const char USAGE[] =
     "  --rounds R             ping_pong, select: round trips per pair (default 100)\n"
     "  --chain D              chained_spawn: chain length (default 100000)\n"
     "  --fib N                fork_join: fib(N) (default 27)\n"
+    "  --skynet-depth D       fiber_skynet: levels of the 10-ary tree (default 6)\n"
     "  --timers-n N           timers: sleeping tasks (default 100000)\n"
     "  --select-tasks T       select: tasks, in pairs (default 1000)\n"
     "  --tcp-conns C          tcp_echo: connections (default 64)\n"
@@ -1808,6 +1820,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         OPT_ROUNDS,
         OPT_CHAIN,
         OPT_FIB,
+        OPT_SKYNET_DEPTH,
         OPT_TIMERS_N,
         OPT_SELECT_TASKS,
         OPT_TCP_CONNS,
@@ -1835,6 +1848,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"rounds", required_argument, NULL, OPT_ROUNDS},
         {"chain", required_argument, NULL, OPT_CHAIN},
         {"fib", required_argument, NULL, OPT_FIB},
+        {"skynet-depth", required_argument, NULL, OPT_SKYNET_DEPTH},
         {"timers-n", required_argument, NULL, OPT_TIMERS_N},
         {"select-tasks", required_argument, NULL, OPT_SELECT_TASKS},
         {"tcp-conns", required_argument, NULL, OPT_TCP_CONNS},
@@ -1865,6 +1879,7 @@ static void parse_args(int argc, char **argv, struct options *o)
                    .rounds = 100,
                    .chain = 100000,
                    .fib_n = 27,
+                   .skynet_depth = 6,
                    .timers_n = 100000,
                    .select_tasks = 1000,
                    .tcp_conns = 64,
@@ -1911,6 +1926,9 @@ static void parse_args(int argc, char **argv, struct options *o)
         /* fib(40) already means 331 million tasks a repetition. */
         case OPT_FIB:
             o->params.fib_n = parse_count("--fib", optarg, 0, 40);
+            break;
+        case OPT_SKYNET_DEPTH:
+            o->params.skynet_depth = parse_count("--skynet-depth", optarg, 1, 7);
             break;
         case OPT_TIMERS_N:
             o->params.timers_n = parse_count("--timers-n", optarg, 1, 1u << 24);

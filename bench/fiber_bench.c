@@ -310,23 +310,23 @@ uint64_t fiber_bench_fork_join(rt_runtime *rt, uint64_t n, uint64_t *value)
 
 /* ---- fiber_skynet: a 10-ary tree of depth 6 ------------------------------*/
 
-/* The leaves' numbers 0 .. 10^6-1: a node at `level` covers `size` of them
- * from `first`. Arguments are packed: first * 8 + level (level <= 6). */
+/* A node covers the leaves [first, first + size); size 1 is a leaf. The
+ * argument packs both: first * 8 + log10(size) (size <= 10^7). */
 static void *skynet_node(void *arg)
 {
     uint64_t packed = (uint64_t)(uintptr_t)arg;
-    uint64_t first = packed >> 3, level = packed & 7;
-    if (level == 6)
+    uint64_t first = packed >> 3, log_size = packed & 7;
+    if (log_size == 0)
         return (void *)(uintptr_t)first;
-    uint64_t size = 1;
-    for (uint64_t l = level + 1; l < 6; l++)
-        size *= 10;
+    uint64_t child_size = 1;
+    for (uint64_t l = 1; l < log_size; l++)
+        child_size *= 10;
     rt_fiber_options o;
     rt_fiber_options_init(&o);
     o.stack_size = 16 * 1024;
     rt_task *kids[10];
     for (uint64_t i = 0; i < 10; i++) {
-        uint64_t child = ((first + i * size) << 3) | (level + 1);
+        uint64_t child = ((first + i * child_size) << 3) | (log_size - 1);
         if (rt_fiber_spawn_ex(NULL, &o, skynet_node, (void *)(uintptr_t)child, &kids[i]) < 0)
             bench_fail("fiber_skynet: spawn");
     }
@@ -342,20 +342,20 @@ static void *skynet_node(void *arg)
 }
 
 struct skynet_args {
-    uint64_t sum;
+    uint64_t depth, sum;
 };
 
 static void *skynet_root(void *arg)
 {
     struct skynet_args *a = arg;
     uint64_t t0 = now_ns();
-    a->sum = (uint64_t)(uintptr_t)skynet_node((void *)(uintptr_t)0);
+    a->sum = (uint64_t)(uintptr_t)skynet_node((void *)(uintptr_t)a->depth);
     return (void *)(uintptr_t)(now_ns() - t0);
 }
 
-uint64_t fiber_bench_skynet(rt_runtime *rt, uint64_t *sum)
+uint64_t fiber_bench_skynet(rt_runtime *rt, uint64_t depth, uint64_t *sum)
 {
-    struct skynet_args a = {0};
+    struct skynet_args a = {depth, 0};
     uint64_t elapsed = run_root(rt, "fiber_skynet", skynet_root, &a);
     *sum = a.sum;
     return elapsed;

@@ -17,7 +17,7 @@ uint64_t fiber_bench_yield(rt_runtime *rt, uint64_t tasks, uint64_t yields);
 uint64_t fiber_bench_ping_pong(rt_runtime *rt, uint64_t pairs, uint64_t rounds);
 uint64_t fiber_bench_chained_spawn(rt_runtime *rt, uint64_t depth);
 uint64_t fiber_bench_fork_join(rt_runtime *rt, uint64_t n, uint64_t *value);
-uint64_t fiber_bench_skynet(rt_runtime *rt, uint64_t *sum);
+uint64_t fiber_bench_skynet(rt_runtime *rt, uint64_t depth, uint64_t *sum);
 
 /* --idle-fibers N: starts N fibers that each wait on one channel receive,
  * prints `bench idle_fibers ... rss_kib=... rss_per_fiber_b=...` once all
