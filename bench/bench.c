@@ -127,17 +127,8 @@ static uint64_t now_ns(void)
 }
 
 /* Reports a broken repetition or a library failure seen on the main thread. */
-static _Noreturn void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": error: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
+/* Reports a broken repetition or a library failure seen on the main thread
+ * (or from a fiber: fiber_bench.c) and exits 1. */
 _Noreturn void bench_fail(const char *fmt, ...)
 {
     va_list ap;
@@ -270,7 +261,7 @@ static void block_on(rt_runtime *rt, const char *workload, rt_poll_fn poll, rt_d
 {
     int err = rt_block_on(rt, poll, drop, state, size, NULL, NULL);
     if (err < 0)
-        fail("%s: rt_block_on: %s", workload, rt_strerror(err));
+        bench_fail("%s: rt_block_on: %s", workload, rt_strerror(err));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -337,8 +328,8 @@ static struct rep_result run_spawn_local(rt_runtime *rt, const struct params *p)
     struct spawn_local_root root = {.n = p->spawn_n, .result = &res};
     block_on(rt, "spawn_local", spawn_local_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != p->spawn_n + 1)
-        fail("spawn_local: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
-             p->spawn_n);
+        bench_fail("spawn_local: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+                   p->spawn_n);
     return res;
 }
 
@@ -376,7 +367,7 @@ static struct rep_result run_spawn_remote(rt_runtime *rt, const struct params *p
              * them runs on after main has moved on. */
             thread_latch_count_down(&g_remote_latch, p->spawn_n - i);
             thread_latch_wait(&g_remote_latch);
-            fail("spawn_remote: rt_spawn (task %" PRIu64 "): %s", i, rt_strerror(err));
+            bench_fail("spawn_remote: rt_spawn (task %" PRIu64 "): %s", i, rt_strerror(err));
         }
     }
     thread_latch_wait(&g_remote_latch);
@@ -385,7 +376,7 @@ static struct rep_result run_spawn_remote(rt_runtime *rt, const struct params *p
 
     uint64_t left = atomic_load(&g_remote_latch.remaining);
     if (left != 0)
-        fail("spawn_remote: signalled with %" PRIu64 " tasks unfinished", left);
+        bench_fail("spawn_remote: signalled with %" PRIu64 " tasks unfinished", left);
     return res;
 }
 
@@ -462,11 +453,11 @@ static struct rep_result run_yield_many(rt_runtime *rt, const struct params *p)
         .tasks = p->yield_tasks, .yields = p->yields, .result = &res, .yields_seen = &yields_seen};
     block_on(rt, "yield_many", yield_many_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != p->yield_tasks + 1)
-        fail("yield_many: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
-             p->yield_tasks);
+        bench_fail("yield_many: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+                   p->yield_tasks);
     if (yields_seen != p->yield_tasks * p->yields)
-        fail("yield_many: %" PRIu64 " yields done, expected %" PRIu64, yields_seen,
-             p->yield_tasks * p->yields);
+        bench_fail("yield_many: %" PRIu64 " yields done, expected %" PRIu64, yields_seen,
+                   p->yield_tasks * p->yields);
     return res;
 }
 
@@ -504,15 +495,15 @@ static rt_poll pinger_poll(void *state, rt_context *cx, void **out)
         rt_chan_send_init(&p->send, p->out, (void *)p->token);
         RT_AWAIT(&p->co, cx, &p->send);
         if (p->send.result != 0)
-            fail("ping_pong: pinger send: %s", rt_strerror((int)p->send.result));
+            bench_fail("ping_pong: pinger send: %s", rt_strerror((int)p->send.result));
         rt_chan_recv_init(&p->recv, p->in);
         RT_AWAIT(&p->co, cx, &p->recv);
         if (p->recv.result != 0)
-            fail("ping_pong: pinger recv: %s", rt_strerror((int)p->recv.result));
+            bench_fail("ping_pong: pinger recv: %s", rt_strerror((int)p->recv.result));
         p->token = (uintptr_t)p->recv.value;
     }
     if (p->token != p->rounds)
-        fail("ping_pong: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
+        bench_fail("ping_pong: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
     task_latch_count_down(p->latch, 1);
     RT_CORO_END(&p->co, out);
 }
@@ -546,12 +537,12 @@ static rt_poll ponger_poll(void *state, rt_context *cx, void **out)
         rt_chan_recv_init(&p->recv, p->in);
         RT_AWAIT(&p->co, cx, &p->recv);
         if (p->recv.result != 0)
-            fail("ping_pong: ponger recv: %s", rt_strerror((int)p->recv.result));
+            bench_fail("ping_pong: ponger recv: %s", rt_strerror((int)p->recv.result));
         p->token = (uintptr_t)p->recv.value + 1;
         rt_chan_send_init(&p->send, p->out, (void *)p->token);
         RT_AWAIT(&p->co, cx, &p->send);
         if (p->send.result != 0)
-            fail("ping_pong: ponger send: %s", rt_strerror((int)p->send.result));
+            bench_fail("ping_pong: ponger send: %s", rt_strerror((int)p->send.result));
     }
     task_latch_count_down(p->latch, 1);
     RT_CORO_END(&p->co, out);
@@ -578,7 +569,7 @@ static rt_poll ping_pong_root_poll(void *state, rt_context *cx, void **out)
         for (uint64_t i = 0; i < pairs; i++) {
             rt_chan *ab, *ba;
             if (rt_chan_new(1, &ab) < 0 || rt_chan_new(1, &ba) < 0)
-                fail("ping_pong: rt_chan_new failed");
+                bench_fail("ping_pong: rt_chan_new failed");
             struct pinger a = {.out = ab, .in = ba, .rounds = r->rounds, .latch = &r->latch};
             struct ponger b = {.in = ab, .out = ba, .rounds = r->rounds, .latch = &r->latch};
             int err = RT_SPAWN_STATE(NULL, pinger_poll, pinger_drop, &a, NULL);
@@ -602,8 +593,8 @@ static struct rep_result run_ping_pong(rt_runtime *rt, const struct params *p)
     struct ping_pong_root root = {.pairs = p->pairs, .rounds = p->rounds, .result = &res};
     block_on(rt, "ping_pong", ping_pong_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != 2 * p->pairs + 1)
-        fail("ping_pong: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
-             2 * p->pairs);
+        bench_fail("ping_pong: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+                   2 * p->pairs);
     return res;
 }
 
@@ -649,7 +640,7 @@ static rt_poll selector_poll(void *state, rt_context *cx, void **out)
             rt_chan_send_init(&p->send, p->out, (void *)p->token);
             RT_AWAIT(&p->co, cx, &p->send);
             if (p->send.result != 0)
-                fail("select: send: %s", rt_strerror((int)p->send.result));
+                bench_fail("select: send: %s", rt_strerror((int)p->send.result));
         }
         rt_chan_recv_init(&p->recv, p->in);
         rt_sleep_init(&p->limit, NULL, RT_SEC(1));
@@ -659,18 +650,18 @@ static rt_poll selector_poll(void *state, rt_context *cx, void **out)
             rt_select_biased_init(&p->sel, RT_FUTURES(&p->recv.future, &p->limit.future));
         RT_AWAIT(&p->co, cx, &p->sel);
         if (p->sel.index != 0 || p->recv.result != 0)
-            fail("select: the receive lost: arm %zu, %s", p->sel.index,
-                 rt_strerror((int)p->sel.result));
+            bench_fail("select: the receive lost: arm %zu, %s", p->sel.index,
+                       rt_strerror((int)p->sel.result));
         p->token = (uintptr_t)p->recv.value;
         if (!p->serves) {
             rt_chan_send_init(&p->send, p->out, (void *)(p->token + 1));
             RT_AWAIT(&p->co, cx, &p->send);
             if (p->send.result != 0)
-                fail("select: send: %s", rt_strerror((int)p->send.result));
+                bench_fail("select: send: %s", rt_strerror((int)p->send.result));
         }
     }
     if (p->serves && p->token != p->rounds)
-        fail("select: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
+        bench_fail("select: token %" PRIuPTR " after %" PRIu64 " rounds", p->token, p->rounds);
     task_latch_count_down(p->latch, 1);
     RT_CORO_END(&p->co, out);
 }
@@ -694,7 +685,7 @@ static rt_poll select_root_poll(void *state, rt_context *cx, void **out)
     for (uint64_t i = 0; i < r->pairs; i++) {
         rt_chan *ab, *ba;
         if (rt_chan_new(1, &ab) < 0 || rt_chan_new(1, &ba) < 0)
-            fail("select: rt_chan_new failed");
+            bench_fail("select: rt_chan_new failed");
         struct selector a = {.out = ab,
                              .in = ba,
                              .rounds = r->rounds,
@@ -723,8 +714,8 @@ static struct rep_result run_select_as(rt_runtime *rt, const struct params *p, b
         .pairs = p->select_tasks / 2, .rounds = p->rounds, .fair = fair, .result = &res};
     block_on(rt, fair ? "select_fair" : "select", select_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != 2 * root.pairs + 1)
-        fail("select: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
-             2 * root.pairs);
+        bench_fail("select: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1,
+                   2 * root.pairs);
     return res;
 }
 
@@ -937,8 +928,8 @@ static struct rep_result run_fork_join(rt_runtime *rt, const struct params *p)
     block_on(rt, "fork_join", fork_join_root_poll, fork_join_root_drop, &root, sizeof root);
     uint64_t want = fib_plain(p->fib_n);
     if (value != want)
-        fail("fork_join: fib(%" PRIu64 ") computed as %" PRIu64 ", expected %" PRIu64, p->fib_n,
-             value, want);
+        bench_fail("fork_join: fib(%" PRIu64 ") computed as %" PRIu64 ", expected %" PRIu64,
+                   p->fib_n, value, want);
     return res;
 }
 
@@ -1048,20 +1039,20 @@ static struct rep_result run_timers(rt_runtime *rt, const struct params *p)
     const uint64_t n = p->timers_n;
     int64_t *late = malloc(n * sizeof *late);
     if (!late)
-        fail("out of memory");
+        bench_fail("out of memory");
     for (uint64_t i = 0; i < n; i++)
         late[i] = INT64_MIN; /* "never woke" */
     struct timers_root root = {.n = n, .late_ns = late, .result = &res};
     block_on(rt, "timers", timers_root_poll, NULL, &root, sizeof root);
     if (res.tasks_spawned != n + 1)
-        fail("timers: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1, n);
+        bench_fail("timers: spawned %" PRIu64 " of %" PRIu64 " tasks", res.tasks_spawned - 1, n);
 
     qsort(late, n, sizeof *late, compare_i64);
     if (late[0] == INT64_MIN)
-        fail("timers: a task finished without recording its wake-up");
+        bench_fail("timers: a task finished without recording its wake-up");
     if (late[0] < 0)
-        fail("timers: a sleep ended %.1f us before its deadline (timer.h: never early)",
-             (double)-late[0] / 1e3);
+        bench_fail("timers: a sleep ended %.1f us before its deadline (timer.h: never early)",
+                   (double)-late[0] / 1e3);
     add_extra(&res, "total_ms", (double)res.elapsed_ns / 1e6);
     add_extra(&res, "late_p50_us", (double)percentile_i64(late, n, 50) / 1e3);
     add_extra(&res, "late_p99_us", (double)percentile_i64(late, n, 99) / 1e3);
@@ -1097,7 +1088,7 @@ static rt_poll napper_poll(void *state, rt_context *cx, void **out)
         rt_sleep_init(&n->nap, NULL, RT_MS(1));
         RT_AWAIT(&n->co, cx, &n->nap);
         if (n->nap.result < 0)
-            fail("sleep_1ms: rt_sleep: %s", rt_strerror((int)n->nap.result));
+            bench_fail("sleep_1ms: rt_sleep: %s", rt_strerror((int)n->nap.result));
         n->late_ns[n->i] = rt_now_ns() - n->nap.deadline_ns;
     }
     n->result->elapsed_ns = now_ns() - n->t0;
@@ -1113,8 +1104,8 @@ static struct rep_result run_sleep_1ms(rt_runtime *rt, const struct params *p)
     block_on(rt, "sleep_1ms", napper_poll, rt_coro_drop, &n, sizeof n);
     qsort(late, SLEEP_1MS_COUNT, sizeof *late, compare_i64);
     if (late[0] < 0)
-        fail("sleep_1ms: a sleep ended %.1f us before its deadline (timer.h: never early)",
-             (double)-late[0] / 1e3);
+        bench_fail("sleep_1ms: a sleep ended %.1f us before its deadline (timer.h: never early)",
+                   (double)-late[0] / 1e3);
     add_extra(&res, "late_p50_us", (double)percentile_i64(late, SLEEP_1MS_COUNT, 50) / 1e3);
     add_extra(&res, "late_p99_us", (double)percentile_i64(late, SLEEP_1MS_COUNT, 99) / 1e3);
     add_extra(&res, "late_max_us", (double)late[SLEEP_1MS_COUNT - 1] / 1e3);
@@ -1252,27 +1243,27 @@ static struct echo_server echo_server_start(rt_runtime *rt, uint16_t port, uint6
     socklen_t len;
     int err = rt_net_addr("127.0.0.1", port, &addr, &len);
     if (err < 0)
-        fail("tcp_echo: rt_net_addr: %s", rt_strerror(err));
+        bench_fail("tcp_echo: rt_net_addr: %s", rt_strerror(err));
     struct echo_acceptor a = {.conns_spawned = conns_spawned};
     err = rt_tcp_listen(rt, (struct sockaddr *)&addr, len, 1024, RT_NET_REUSEADDR, &a.listener);
     if (err < 0)
-        fail("tcp_echo: rt_tcp_listen on 127.0.0.1:%u: %s", port, rt_strerror(err));
+        bench_fail("tcp_echo: rt_tcp_listen on 127.0.0.1:%u: %s", port, rt_strerror(err));
     len = sizeof addr;
     err = rt_net_local_addr(a.listener, &addr, &len);
     if (err < 0)
-        fail("tcp_echo: rt_net_local_addr: %s", rt_strerror(err));
+        bench_fail("tcp_echo: rt_net_local_addr: %s", rt_strerror(err));
 
     int stop[2];
     if (pipe2(stop, O_CLOEXEC) < 0)
-        fail("tcp_echo: pipe2: %s", strerror(errno));
+        bench_fail("tcp_echo: pipe2: %s", strerror(errno));
     err = rt_io_open(rt, stop[0], &a.stop);
     if (err < 0)
-        fail("tcp_echo: rt_io_open (pipe): %s", rt_strerror(err));
+        bench_fail("tcp_echo: rt_io_open (pipe): %s", rt_strerror(err));
 
     thread_latch_init(&g_server_latch, 1);
     err = RT_SPAWN_STATE(rt, echo_acceptor_poll, echo_acceptor_drop, &a, NULL);
     if (err < 0)
-        fail("tcp_echo: rt_spawn: %s", rt_strerror(err));
+        bench_fail("tcp_echo: rt_spawn: %s", rt_strerror(err));
     return (struct echo_server){ntohs(((struct sockaddr_in *)&addr)->sin_port), stop[1]};
 }
 
@@ -1300,7 +1291,7 @@ static void run_echo_client(const struct params *p, uint16_t port, char *line, s
 
     int out[2];
     if (pipe2(out, O_CLOEXEC) < 0)
-        fail("tcp_echo: pipe2: %s", strerror(errno));
+        bench_fail("tcp_echo: pipe2: %s", strerror(errno));
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attr;
     sigset_t none, defaults;
@@ -1314,7 +1305,7 @@ static void run_echo_client(const struct params *p, uint16_t port, char *line, s
         posix_spawnattr_init(&attr) != 0 || posix_spawnattr_setsigmask(&attr, &none) != 0 ||
         posix_spawnattr_setsigdefault(&attr, &defaults) != 0 ||
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF) != 0)
-        fail("tcp_echo: posix_spawn set-up failed");
+        bench_fail("tcp_echo: posix_spawn set-up failed");
     extern char **environ;
     pid_t pid;
     int err = posix_spawn(&pid, p->echo_client, &actions, &attr, args, environ);
@@ -1322,7 +1313,7 @@ static void run_echo_client(const struct params *p, uint16_t port, char *line, s
     posix_spawnattr_destroy(&attr);
     close(out[1]);
     if (err != 0)
-        fail("tcp_echo: cannot run %s: %s", p->echo_client, strerror(err));
+        bench_fail("tcp_echo: cannot run %s: %s", p->echo_client, strerror(err));
     g_client_pid = pid;
 
     size_t used = 0;
@@ -1344,13 +1335,14 @@ static void run_echo_client(const struct params *p, uint16_t port, char *line, s
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
-            fail("tcp_echo: waitpid: %s", strerror(errno));
+            bench_fail("tcp_echo: waitpid: %s", strerror(errno));
     g_client_pid = 0;
     if (WIFSIGNALED(status))
-        fail("tcp_echo: the client (%s) was killed by signal %d", p->echo_client, WTERMSIG(status));
+        bench_fail("tcp_echo: the client (%s) was killed by signal %d", p->echo_client,
+                   WTERMSIG(status));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("tcp_echo: the client (%s) exited with status %d", p->echo_client,
-             WEXITSTATUS(status));
+        bench_fail("tcp_echo: the client (%s) exited with status %d", p->echo_client,
+                   WEXITSTATUS(status));
 }
 
 /* The value of ` name=` in the client's line. */
@@ -1365,7 +1357,7 @@ static double echo_field(const char *line, const char *name)
                 return v;
         }
     }
-    fail("tcp_echo: no %s= in the client's output: '%s'", name, line);
+    bench_fail("tcp_echo: no %s= in the client's output: '%s'", name, line);
 }
 
 /* --tcp-busy: tasks that keep every worker busy with CPU work (50 us per
@@ -1396,25 +1388,26 @@ static struct rep_result run_tcp_echo(rt_runtime *rt, const struct params *p)
     for (uint64_t i = 0; i < p->tcp_busy; i++) {
         int err = rt_spawn(rt, busy_task_poll, NULL, NULL, 0, &busy[i]);
         if (err < 0)
-            fail("tcp_echo: rt_spawn (busy task): %s", rt_strerror(err));
+            bench_fail("tcp_echo: rt_spawn (busy task): %s", rt_strerror(err));
     }
     char line[512];
     run_echo_client(p, server.port, line, sizeof line);
     atomic_store(&g_busy_stop, true);
     for (uint64_t i = 0; i < p->tcp_busy; i++)
         if (rt_task_wait(busy[i], -1, NULL, NULL) < 0)
-            fail("tcp_echo: a busy task did not finish");
+            bench_fail("tcp_echo: a busy task did not finish");
     echo_server_stop(&server);
     res.tasks_spawned += conns + p->tcp_busy;
 
     if (strncmp(line, "echo ", 5) != 0)
-        fail("tcp_echo: unexpected output from the client: '%s'", line);
+        bench_fail("tcp_echo: unexpected output from the client: '%s'", line);
     if (echo_field(line, "conns") != (double)p->tcp_conns ||
         echo_field(line, "msgs") != (double)p->tcp_msgs)
-        fail("tcp_echo: the client did other work than asked: '%s'", line);
+        bench_fail("tcp_echo: the client did other work than asked: '%s'", line);
     if (conns != p->tcp_conns)
-        fail("tcp_echo: the server accepted %" PRIu64 " connections, the client opened %" PRIu64,
-             conns, p->tcp_conns);
+        bench_fail("tcp_echo: the server accepted %" PRIu64
+                   " connections, the client opened %" PRIu64,
+                   conns, p->tcp_conns);
     res.elapsed_ns = (uint64_t)(echo_field(line, "total_s") * 1e9 + 0.5);
     add_extra(&res, "rtt_p50_us", echo_field(line, "rtt_p50_us"));
     add_extra(&res, "rtt_p99_us", echo_field(line, "rtt_p99_us"));
@@ -1507,7 +1500,7 @@ static struct rep_result run_fiber_fork_join(rt_runtime *rt, const struct params
     struct rep_result res = {.elapsed_ns = fiber_bench_fork_join(rt, p->fib_n, &value),
                              .tasks_spawned = fork_join_tasks(p->fib_n)};
     if (value != fib_plain(p->fib_n))
-        fail("fiber_fork_join: fib(%" PRIu64 ") computed as %" PRIu64, p->fib_n, value);
+        bench_fail("fiber_fork_join: fib(%" PRIu64 ") computed as %" PRIu64, p->fib_n, value);
     return res;
 }
 
@@ -1531,7 +1524,8 @@ static struct rep_result run_fiber_skynet(rt_runtime *rt, const struct params *p
     for (uint64_t d = 0; d < p->skynet_depth; d++)
         leaves *= 10;
     if (sum != leaves * (leaves - 1) / 2)
-        fail("fiber_skynet: sum %" PRIu64 ", expected %" PRIu64, sum, leaves * (leaves - 1) / 2);
+        bench_fail("fiber_skynet: sum %" PRIu64 ", expected %" PRIu64, sum,
+                   leaves * (leaves - 1) / 2);
     return res;
 }
 
@@ -1606,7 +1600,7 @@ static struct summary measure(rt_runtime *rt, const struct workload *w, const st
     uint64_t ops = w->ops(p);
     struct rep_sample *samples = calloc(reps, sizeof *samples);
     if (!samples)
-        fail("out of memory");
+        bench_fail("out of memory");
 
     for (unsigned rep = 0; rep <= reps; rep++) { /* rep 0 is the warm-up */
         snprintf(g_watchdog_msg, sizeof g_watchdog_msg,
@@ -1617,7 +1611,7 @@ static struct summary measure(rt_runtime *rt, const struct workload *w, const st
         alarm(0);
 
         if (atomic_load(&g_task_failures) != 0)
-            fail("%s repetition %u: a task failed (see above)", w->name, rep);
+            bench_fail("%s repetition %u: a task failed (see above)", w->name, rep);
         g_tasks_spawned += r.tasks_spawned;
         double per_op = (double)r.elapsed_ns / (double)ops;
         if (verbose) {
@@ -1672,7 +1666,7 @@ static void write_json(const char *path, const struct summary *s, size_t n)
 {
     FILE *f = fopen(path, "w");
     if (!f)
-        fail("cannot write %s: %s", path, strerror(errno));
+        bench_fail("cannot write %s: %s", path, strerror(errno));
     fputs("[\n", f);
     for (size_t i = 0; i < n; i++) {
         fprintf(f,
@@ -1687,7 +1681,7 @@ static void write_json(const char *path, const struct summary *s, size_t n)
     }
     fputs("]\n", f);
     if (ferror(f) | (fclose(f) != 0))
-        fail("cannot write %s", path);
+        bench_fail("cannot write %s", path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1776,7 +1770,7 @@ static void select_workloads(struct options *o, const char *list)
 {
     char *copy = strdup(list);
     if (!copy)
-        fail("out of memory");
+        bench_fail("out of memory");
     char *save = NULL;
     for (char *name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
         size_t i = 0;
@@ -1802,7 +1796,7 @@ static const char *default_echo_client(const char *argv0)
     char *slash = strrchr(path, '/');
     size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
     if (snprintf(path + dir, sizeof path - dir, "asyncrt-echo-client") >= (int)(sizeof path - dir))
-        fail("path too long: %s", path);
+        bench_fail("path too long: %s", path);
     return path;
 }
 
@@ -2005,19 +1999,19 @@ static void parse_args(int argc, char **argv, struct options *o)
 static void check_final_metrics(rt_runtime *rt, int cancelled_at_shutdown)
 {
     if (cancelled_at_shutdown < 0)
-        fail("rt_runtime_shutdown: %s", rt_strerror(cancelled_at_shutdown));
+        bench_fail("rt_runtime_shutdown: %s", rt_strerror(cancelled_at_shutdown));
     if (cancelled_at_shutdown > 0)
-        fail("%d tasks were still unfinished at shutdown", cancelled_at_shutdown);
+        bench_fail("%d tasks were still unfinished at shutdown", cancelled_at_shutdown);
     rt_metrics m;
     int err = rt_metrics_read(rt, &m, sizeof m);
     if (err < 0)
-        fail("rt_metrics_read: %s", rt_strerror(err));
+        bench_fail("rt_metrics_read: %s", rt_strerror(err));
     if (m.spawned != g_tasks_spawned || m.completed != g_tasks_spawned || m.cancelled != 0 ||
         m.alive != 0)
-        fail("runtime metrics after shutdown: spawned=%" PRIu64 " completed=%" PRIu64
-             " cancelled=%" PRIu64 " alive=%" PRIu64 ", but this program spawned %" PRIu64
-             " tasks, all of which finished",
-             m.spawned, m.completed, m.cancelled, m.alive, g_tasks_spawned);
+        bench_fail("runtime metrics after shutdown: spawned=%" PRIu64 " completed=%" PRIu64
+                   " cancelled=%" PRIu64 " alive=%" PRIu64 ", but this program spawned %" PRIu64
+                   " tasks, all of which finished",
+                   m.spawned, m.completed, m.cancelled, m.alive, g_tasks_spawned);
 }
 
 /* --echo-server PORT: the tcp_echo server alone, until SIGINT or SIGTERM. */
@@ -2037,7 +2031,7 @@ static int echo_server_mode(const struct options *o)
     rt_runtime *rt;
     int err = rt_runtime_new(&cfg, &rt);
     if (err < 0)
-        fail("rt_runtime_new (%u workers): %s", o->workers, rt_strerror(err));
+        bench_fail("rt_runtime_new (%u workers): %s", o->workers, rt_strerror(err));
     static uint64_t conns; /* outlives the acceptor, which may be cancelled */
     struct echo_server server = echo_server_start(rt, (uint16_t)o->echo_server_port, &conns);
     printf("listening 127.0.0.1:%u\n", server.port);
@@ -2049,7 +2043,7 @@ static int echo_server_mode(const struct options *o)
     close(server.stop_fd); /* stop accepting; open connections are cancelled below */
     err = rt_runtime_free(rt);
     if (err < 0)
-        fail("rt_runtime_free: %s", rt_strerror(err));
+        bench_fail("rt_runtime_free: %s", rt_strerror(err));
     return 0;
 }
 
@@ -2063,8 +2057,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_WORKLOADS; i++)
         if (o.selected[i] && WORKLOADS[i].run == run_tcp_echo &&
             access(o.params.echo_client, X_OK) != 0)
-            fail("tcp_echo needs the echo client: %s: %s (see --echo-client)", o.params.echo_client,
-                 strerror(errno));
+            bench_fail("tcp_echo needs the echo client: %s: %s (see --echo-client)",
+                       o.params.echo_client, strerror(errno));
 
     struct sigaction sa = {.sa_handler = watchdog_fired};
     sigemptyset(&sa.sa_mask);
@@ -2077,14 +2071,14 @@ int main(int argc, char **argv)
     rt_runtime *rt;
     int err = rt_runtime_new(&cfg, &rt);
     if (err < 0)
-        fail("rt_runtime_new (%u workers): %s", o.workers, rt_strerror(err));
+        bench_fail("rt_runtime_new (%u workers): %s", o.workers, rt_strerror(err));
     if (o.idle_fibers > 0) {
         fiber_bench_idle(rt, o.idle_fibers, o.workers);
         rt_runtime_free(rt);
         return 0;
     }
     if (o.trace != NULL && (err = rt_trace_start(rt, o.trace)) < 0)
-        fail("rt_trace_start %s: %s", o.trace, rt_strerror(err));
+        bench_fail("rt_trace_start %s: %s", o.trace, rt_strerror(err));
 
     struct summary summaries[N_WORKLOADS];
     size_t n_summaries = 0;
@@ -2098,14 +2092,14 @@ int main(int argc, char **argv)
     }
 
     if (o.trace != NULL && (err = rt_trace_stop(rt)) < 0)
-        fail("rt_trace_stop %s: %s", o.trace, rt_strerror(err));
+        bench_fail("rt_trace_stop %s: %s", o.trace, rt_strerror(err));
     int cancelled = rt_runtime_shutdown(rt);
     if (o.verbose)
         rt_metrics_print(rt, stderr);
     check_final_metrics(rt, cancelled);
     err = rt_runtime_free(rt);
     if (err < 0)
-        fail("rt_runtime_free: %s", rt_strerror(err));
+        bench_fail("rt_runtime_free: %s", rt_strerror(err));
 
     if (o.json)
         write_json(o.json, summaries, n_summaries);

@@ -40,7 +40,8 @@
  * beyond 16,384 guarded stacks alive at once (each costs two of the
  * process's vm.max_map_count mappings) stacks come without a guard page and
  * a canary at their bottom is checked at every switch, which catches an
- * overflow later and not always. Build fiber code with
+ * overflow later and not always, and then ends the process (abort) with
+ * the same message. Build fiber code with
  * -fstack-clash-protection when a frame can be larger than a page.
  *
  * Migration. A fiber may resume on another worker thread after any await.

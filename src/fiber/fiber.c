@@ -16,6 +16,7 @@
  * with `cancelled` set and no context, so that every await returns
  * -ECANCELED at once, and the fiber runs to its return on the dropping
  * thread. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -64,25 +65,36 @@
 #define RT__NO_TSAN __attribute__((noinline))
 #endif
 
-/* The fiber's control block: at the top of its own stack, so that a fiber
- * costs no allocation beyond its task and a pooled stack. */
-typedef struct rt__fiber {
+/* The task's state: what the fiber is, and its control block once it
+ * runs. Small enough for the scheduler's cached task blocks; it never
+ * moves, so the control block points back at it. */
+typedef struct fiber_task {
     rt_fiber_fn fn;
     void *arg;
-    void *result;
     rt_runtime *rt;
     const char *site; /* the spawn site, for the overflow report */
     uint64_t task_id; /* for the overflow report */
-    rt__stack stack;  /* the stack this block sits at the top of */
-    void *sp;         /* the fiber's stack pointer while it is switched out */
-    void *poller_sp;  /* the stack pointer of the poll that switched it in */
-    rt_context *cx;   /* that poll's context; NULL in the drop */
-    int status;       /* rt_fiber_set_status */
-    bool finished;    /* fn returned */
-    bool cancelled;   /* resumed by the drop: awaits fail */
-    bool abandoned;   /* switched out for good at shutdown */
-    bool shielded;    /* rt_fiber_shield until shield_deadline */
-    bool migrate;     /* rt_config.fiber_migrate: move at every await */
+    size_t stack_size;
+    struct rt__fiber *f; /* NULL until the first run, and again once released */
+    bool finished;       /* the function returned and the stack went back */
+    bool migrate;        /* rt_config.fiber_migrate: move at every await */
+} fiber_task;
+_Static_assert(sizeof(fiber_task) + sizeof(struct rt_task) <= RT__TASK_SMALL_BLOCK,
+               "a fiber's task fits a cached task block");
+
+/* The fiber's control block: at the top of its own stack, so that a fiber
+ * costs no allocation beyond its task and a pooled stack. */
+typedef struct rt__fiber {
+    const fiber_task *task; /* what it runs, on which runtime */
+    void *result;
+    rt__stack stack; /* the stack this block sits at the top of */
+    void *sp;        /* the fiber's stack pointer while it is switched out */
+    void *poller_sp; /* the stack pointer of the poll that switched it in */
+    rt_context *cx;  /* that poll's context; NULL in the drop */
+    int status;      /* rt_fiber_set_status */
+    bool finished;   /* fn returned */
+    bool cancelled;  /* resumed by the drop: awaits fail */
+    bool shielded;   /* rt_fiber_shield until shield_deadline */
     int64_t shield_deadline;
 #ifdef RT__FIBER_ASAN
     void *asan_fake;        /* the fiber's fake stack while switched out */
@@ -94,20 +106,6 @@ typedef struct rt__fiber {
     void *tsan_poller; /* the one that switched it in */
 #endif
 } rt__fiber;
-
-/* The task's state: what the fiber needs before it first runs, then its
- * control block. Small enough for the scheduler's cached task blocks. */
-typedef struct fiber_task {
-    rt_fiber_fn fn;
-    void *arg;
-    rt_runtime *rt;
-    const char *site;
-    uint64_t task_id;
-    size_t stack_size;
-    rt__fiber *f;  /* NULL until the first run, and again once released */
-    bool finished; /* the function returned and the stack went back */
-    bool migrate;  /* rt_config.fiber_migrate */
-} fiber_task;
 
 /* The fiber the calling thread runs, set by the poll around its switch in.
  * Read only through current_fiber(), at the entry of each public function,
@@ -146,7 +144,7 @@ RT__NO_TSAN static void switch_in(rt__fiber *f)
 }
 
 /* The fiber's side: switches back to the poll, returns when polled again
- * (on any thread). `last`: it never will be (it returned, or is abandoned). */
+ * (on any thread). `last`: it never will be (it returned, or shutdown abandons it). */
 RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
 {
 #ifdef RT__FIBER_ASAN
@@ -169,13 +167,24 @@ _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 #ifdef RT__FIBER_ASAN
     __sanitizer_finish_switch_fiber(NULL, &f->poller_low, &f->poller_size);
 #endif
-    f->result = f->fn(f->arg);
+    f->result = f->task->fn(f->task->arg);
     f->finished = true;
     switch_out(f, true);
-    abort(); /* never resumed */
+    assert(!"a finished fiber was resumed");
+    __builtin_unreachable();
 }
 
 /* ---- Stacks ----------------------------------------------------------------*/
+
+/* The line an overflow prints (snprintf of integers and strings does not
+ * allocate with glibc, so the signal handler may call it). */
+static void format_overflow(char *line, size_t size, const rt__fiber *f)
+{
+    const char *site = f->task->site;
+    snprintf(line, size,
+             "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
+             (unsigned long long)f->task->task_id, site != NULL ? site : "?", f->stack.size);
+}
 
 /* An overflow into a guard page faults: the SIGSEGV handler below names the
  * fiber before the process dies, as Go's "stack overflow" does. It runs on
@@ -191,18 +200,10 @@ static pthread_once_t segv_once = PTHREAD_ONCE_INIT;
 static pthread_key_t altstack_key;
 static __thread bool tls_altstack;
 
-static void format_overflow(char *line, size_t size, const rt__fiber *f)
-{
-    snprintf(line, size,
-             "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
-             (unsigned long long)f->task_id, f->site != NULL ? f->site : "?", f->stack.size);
-}
-
 static void on_segv(int sig, siginfo_t *info, void *uc)
 {
     rt__fiber *f = tls_fiber;
     if (f != NULL && rt__stack_guard_holds(&f->stack, info->si_addr)) {
-        /* snprintf of integers and strings does not allocate with glibc. */
         char line[256];
         format_overflow(line, sizeof line, f);
         (void)!write(2, line, strlen(line));
@@ -265,16 +266,14 @@ static void overflow_report_ready(void)
 }
 #endif
 
-/* A stack overflow is memory corruption: the process cannot go on. */
+/* An unguarded stack's canary was overwritten: memory below the stack is
+ * corrupt, so the process cannot go on (fiber.h, "Stacks"). It ends as a
+ * guard-page overflow does, with the same line. */
 __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
 {
     char line[256];
-    int n =
-        snprintf(line, sizeof line,
-                 "asyncrt: fiber stack overflow: task %llu spawned at %s (stack %zu bytes)\n",
-                 (unsigned long long)f->task_id, f->site != NULL ? f->site : "?", f->stack.size);
-    if (n > 0)
-        (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    format_overflow(line, sizeof line, f);
+    (void)!write(2, line, strlen(line));
     abort();
 }
 
@@ -293,13 +292,8 @@ static int fiber_start(fiber_task *ft)
     size_t block = (sizeof(rt__fiber) + 63) & ~(size_t)63;
     rt__fiber *f = (rt__fiber *)(void *)(stack.low + stack.size - block);
     memset(f, 0, sizeof(*f));
-    f->fn = ft->fn;
-    f->arg = ft->arg;
-    f->rt = ft->rt;
-    f->site = ft->site;
-    f->task_id = ft->task_id;
+    f->task = ft;
     f->stack = stack;
-    f->migrate = ft->migrate;
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -366,7 +360,7 @@ static void fiber_drop(void *state)
     if (f->finished)
         fiber_release(ft);
     else
-        rt__runtime_count_fiber_abandoned(f->rt); /* its stack stays mapped */
+        rt__runtime_count_fiber_abandoned(f->task->rt); /* its stack stays mapped */
 }
 
 RT_EXPORT void rt_fiber_options_init(rt_fiber_options *opts)
@@ -388,7 +382,7 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
          * shutdown's thread, which is no worker (the spawn then fails with
          * -ESHUTDOWN, as the header says). */
         rt__fiber *self = current_fiber();
-        rt = self != NULL ? self->rt : rt_current_runtime();
+        rt = self != NULL ? self->task->rt : rt_current_runtime();
     }
     if (rt == NULL || fn == NULL)
         return -EINVAL;
@@ -432,7 +426,7 @@ static rt_poll shielded_poll(void *arg, rt_context *cx)
 static int64_t await_shielded(rt__fiber *f, rt_future *op)
 {
     int64_t deadline = f->shield_deadline;
-    int64_t end = rt__runtime_fiber_deadline(f->rt);
+    int64_t end = rt__runtime_fiber_deadline(f->task->rt);
     if (end >= 0 && end < deadline)
         deadline = end;
     int64_t left = deadline - rt__now_ns();
@@ -453,11 +447,11 @@ static int64_t await_shielded(rt__fiber *f, rt_future *op)
 /* A cancelled fiber awaiting past shutdown's deadline never runs again. */
 static void abandon_if_late(rt__fiber *f)
 {
-    int64_t end = rt__runtime_fiber_deadline(f->rt);
+    int64_t end = rt__runtime_fiber_deadline(f->task->rt);
     if (end >= 0 && rt__now_ns() >= end) {
-        f->abandoned = true;
         switch_out(f, true);
-        abort(); /* never resumed */
+        assert(!"an abandoned fiber was resumed");
+        __builtin_unreachable();
     }
 }
 
@@ -470,7 +464,7 @@ static bool shield_holds(rt__fiber *f)
 
 static int64_t await_in(rt__fiber *f, rt_future *op)
 {
-    if (rt__unlikely(f->migrate) && !f->cancelled) {
+    if (rt__unlikely(f->task->migrate) && !f->cancelled) {
         /* To the next worker first: the poll below runs there
          * (rt_config.fiber_migrate). */
         rt__yield_elsewhere(f->cx);
@@ -561,7 +555,7 @@ RT_EXPORT int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **re
     if (f == NULL)
         return -EPERM;
     rt_task *job;
-    int err = rt_spawn_blocking(f->rt, fn, arg, &job);
+    int err = rt_spawn_blocking(f->task->rt, fn, arg, &job);
     if (err < 0)
         return err;
     rt_task_join join;
@@ -580,7 +574,7 @@ RT_EXPORT int rt_sleep_await(int64_t duration_ns)
     if (f == NULL)
         return -EPERM;
     rt_sleep op;
-    rt_sleep_init(&op, f->rt, duration_ns);
+    rt_sleep_init(&op, f->task->rt, duration_ns);
     return (int)await_in(f, &op.future);
 }
 
@@ -662,7 +656,7 @@ RT_EXPORT int rt_tcp_connect_await(const struct sockaddr *addr, socklen_t addr_l
     if (f == NULL)
         return -EPERM;
     rt_tcp_connect op;
-    rt_tcp_connect_init(&op, f->rt, addr, addr_len);
+    rt_tcp_connect_init(&op, f->task->rt, addr, addr_len);
     int err = (int)await_in(f, &op.future);
     if (err >= 0 && conn != NULL)
         *conn = op.conn;

@@ -20,9 +20,9 @@
  * chunked one has its pages given back (MADV_DONTNEED). */
 #define RT__POOL_MAX 16384u
 
-/* A pooled stack's link lives in its own lowest bytes, above the canary. */
+/* A pooled stack's link lives in its own lowest bytes (where the canary
+ * goes again when it is handed out). */
 typedef struct pooled {
-    uint64_t canary;
     struct pooled *next;
     rt__stack stack;
 } pooled;
@@ -109,6 +109,14 @@ static int carve_chunked(size_t size, rt__stack *out)
 
 static void pool_put(rt__stack *s);
 
+/* A stack handed out: an unguarded one gets its canary (stack.h). */
+static int handed_out(rt__stack *s)
+{
+    if (!s->guarded)
+        *(uint64_t *)(void *)s->low = RT__STACK_CANARY;
+    return 0;
+}
+
 static void cache_flush(void *arg)
 {
     thread_cache *c = arg;
@@ -134,9 +142,7 @@ int rt__stack_get(size_t size, rt__stack *out)
     thread_cache *c = &tls_cache;
     if (c->len > 0 && c->stacks[c->len - 1].size == size) {
         *out = c->stacks[--c->len];
-        if (!out->guarded)
-            *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
-        return 0;
+        return handed_out(out);
     }
     pthread_mutex_lock(&pool_lock);
     for (pooled **p = &pool_head; *p != NULL; p = &(*p)->next) {
@@ -146,9 +152,7 @@ int rt__stack_get(size_t size, rt__stack *out)
             pool_len--;
             pthread_mutex_unlock(&pool_lock);
             *out = hit->stack;
-            if (!out->guarded)
-                *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
-            return 0;
+            return handed_out(out);
         }
     }
     int err;
@@ -160,9 +164,7 @@ int rt__stack_get(size_t size, rt__stack *out)
         err = carve_chunked(size, out);
     }
     pthread_mutex_unlock(&pool_lock);
-    if (err == 0 && !out->guarded)
-        *(uint64_t *)(void *)out->low = RT__STACK_CANARY;
-    return err;
+    return err < 0 ? err : handed_out(out);
 }
 
 void rt__stack_put(rt__stack *s)
@@ -193,7 +195,6 @@ static void pool_put(rt__stack *s)
             /* A chunked stack is never unmapped: its pages go back. */
             (void)madvise(s->low, s->size, MADV_DONTNEED);
         }
-        node->canary = RT__STACK_CANARY;
         node->stack = *s;
         node->next = pool_head;
         pool_head = node;
