@@ -1051,8 +1051,9 @@ static int scenario_diag(rt_runtime *rt)
 static void *fault_fiber_leaf(void *arg)
 {
     /* Cancelled when the case ends early (the wait failed) and shutdown
-     * cancels what still runs. */
-    int err = EXPECT_OR(rt_sleep_await(1000000), -ECANCELED);
+     * cancels what still runs; refused if the shutdown began before the
+     * leaf first ran. */
+    int err = EXPECT_OR(rt_sleep_await(1000000), -ECANCELED, -ESHUTDOWN);
     return err < 0 ? (void *)(intptr_t)err : arg;
 }
 
