@@ -3,9 +3,9 @@
 every public header and fails on a name that breaks it:
 
 - every function and type is rt_..., every macro RT_... (internal ones
-  rt__ and RT__); the only lowercase macros are the spawn-site macros, each
-  expanding to its own *_with_site function, and no macro shares its name
-  with a function;
+  rt__ and RT__); the only lowercase macros are the spawn-site and
+  await-site macros, each expanding to its own *_with_site function, and no
+  macro shares its name with a function;
 - no two names differ only in case;
 - `_wait` ends exactly the functions that block the calling thread, each
   with a timeout_ns; `_blocking` only names the blocking pool;
@@ -32,10 +32,17 @@ SPAWN_SITE_MACROS = {
     "rt_fiber_spawn": "rt_fiber_spawn_with_site",
     "rt_fiber_spawn_ex": "rt_fiber_spawn_with_site",
 }
+# A fiber's await points: each macro passes its file, line and function.
+AWAIT_SITE_MACROS = {name: name + "_with_site" for name in (
+    "rt_fiber_await", "rt_fiber_yield", "rt_fiber_run_blocking", "rt_sleep_await",
+    "rt_chan_send_await", "rt_chan_recv_await", "rt_mutex_lock_await", "rt_io_read_await",
+    "rt_io_write_all_await", "rt_tcp_accept_await", "rt_tcp_connect_await")}
+SITE_MACROS = {**SPAWN_SITE_MACROS, **AWAIT_SITE_MACROS}
 # Verbs that are not an end of life: a semaphore's permits and a coroutine's
 # hold on a lock are released (acquire/release), not the object.
 RELEASE_OK = {"rt_semaphore_release", "rt_coro_release"}
-BLOCKING_POOL = {"rt_spawn_blocking", "rt_spawn_blocking_ex", "rt_blocking_fn", "rt_fiber_run_blocking"}
+BLOCKING_POOL = {"rt_spawn_blocking", "rt_spawn_blocking_ex", "rt_blocking_fn", "rt_fiber_run_blocking",
+                 "rt_fiber_run_blocking_with_site"}
 BANNED_VERBS = ("destroy", "unref", "ref", "detach", "abort", "dispose", "delete", "deinit",
                 "fini", "release")
 
@@ -101,17 +108,22 @@ def main():
     for name, (rel, body, fnlike) in sorted(macros.items()):
         if name.startswith(("RT_", "RT__")) or re.fullmatch(r"ASYNCRT_\w+", name):
             continue
-        if name in SPAWN_SITE_MACROS:
-            target = SPAWN_SITE_MACROS[name]
+        if name in SITE_MACROS:
+            target = SITE_MACROS[name]
             if not fnlike or target + "(" not in body.replace(" (", "("):
-                bad(rel, name, f"a spawn-site macro expands to {target}")
+                bad(rel, name, f"a site macro expands to {target}")
             continue
         bad(rel, name, "a macro is RT_... (RT__ when internal)")
         if name in functions:
             bad(rel, name, "a macro hides the function of the same name")
-    for name in SPAWN_SITE_MACROS:
+    for name in SITE_MACROS:
         if name in functions:
-            bad(functions[name][0], name, "a spawn-site macro hides a function of its name")
+            bad(functions[name][0], name, "a site macro hides a function of its name")
+    for name in AWAIT_SITE_MACROS:
+        if name in macros and name.endswith("_await") and name != "rt_fiber_await" \
+                and name[:-len("await")] + "init" not in functions:
+            bad(macros[name][0], name, "an _await helper is an operation's init and its await: "
+                f"{name[:-len('await')]}init must exist")
 
     everything = set(functions) | set(types) | set(macros)
     by_case = {}

@@ -102,6 +102,9 @@ typedef enum rt_task_state {
     RT_TASK_FINISHED,    /* finished, its handle not yet joined or detached */
 } rt_task_state;
 
+/* The most return addresses rt_task_info.backtrace holds. */
+#define RT_TASK_BACKTRACE_MAX 16
+
 /* One live task, as rt_runtime_tasks reports it. Fields are only ever
  * appended; `size` says how many bytes the library filled. Strings are
  * valid only during the callback. */
@@ -130,6 +133,20 @@ typedef struct rt_task_info {
     int64_t busy_ns;    /* time spent in its polls */
     int64_t idle_ns;    /* since its last poll ended; -1 unknown */
     int64_t running_ns; /* RUNNING: how long the poll in progress has run; -1 unknown */
+    /* Fibers (fiber.h); 0 for a stackless task and for a fiber that has not
+     * run yet. The depth and the backtrace are read while the fiber is
+     * WAITING (held for the look), else 0. */
+    size_t stack_size;    /* usable bytes of its stack */
+    size_t stack_depth;   /* the deepest its stack pointer was at a switch out: bytes in use
+                             from the top, a lower bound on how deep it has been */
+    size_t stack_touched; /* bytes from the top down to the lowest page of its stack that
+                             has ever been touched, by it or, for a pooled stack, by the
+                             fibers that had it before: an upper bound; 0 unknown */
+    /* The return addresses from the await up (innermost first), found by
+     * following frame pointers: complete only where the fiber's code keeps
+     * them (-fno-omit-frame-pointer, fiber.h "Seeing fibers"). */
+    unsigned backtrace_len;
+    const void *backtrace[RT_TASK_BACKTRACE_MAX];
 } rt_task_info;
 
 /* Called once per live task; return 0 to go on, anything else to stop. */

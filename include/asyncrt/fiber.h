@@ -80,7 +80,24 @@
  * its stack stays mapped (so that nothing pointing into it dangles) and
  * whatever its locals hold is leaked; rt_metrics.fibers_abandoned counts
  * them. A fiber that never awaits never gives its worker back: the stall
- * watchdog (rt_config.stall_ns) reports it. */
+ * watchdog (rt_config.stall_ns) reports it.
+ *
+ * Seeing fibers. A task dump (rt_runtime_dump, diag.h) shows every waiting
+ * fiber as a coroutine is shown, at the file:line and function of its
+ * await (each call below that may wait is a macro that passes them), with
+ * what it waits for, its stack (size; how deep it was at its deepest
+ * switch, a lower bound; how far down its pages were ever touched, an upper
+ * bound) and a backtrace from the await up, fibers with identical stacks
+ * grouped into one block as in Go's goroutine dump. The backtrace follows
+ * frame pointers, so build fiber code with -fno-omit-frame-pointer (the
+ * walk stays inside the fiber's stack: code without them only cuts the
+ * list short or makes it wrong); frames are named from the dynamic symbol
+ * table (link programs with -rdynamic to name their own functions), and
+ * each also shows object+offset for `addr2line -f -e OBJECT OFFSET`.
+ * rt_metrics.fiber_stack_deepest keeps the deepest stack a finished fiber
+ * used. In gdb, scripts/gdb/asyncrt.py adds `asyncrt fibers RUNTIME`, which
+ * lists every fiber with its backtrace from its saved registers, in a
+ * running program or a core file (docs/debugging.md). */
 #ifndef ASYNCRT_FIBER_H
 #define ASYNCRT_FIBER_H
 
@@ -131,6 +148,16 @@ void rt_fiber_options_init(rt_fiber_options *opts);
 int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_options *opts,
                              rt_fiber_fn fn, void *arg, rt_task **handle);
 
+/* ---- Await sites -----------------------------------------------------------
+ *
+ * Every call below that may suspend the fiber is a macro that passes where
+ * it is expanded (file, line, function) to a function named *_with_site,
+ * so that a task dump (diag.h) says, for every waiting fiber, where it
+ * waits, as it does for a coroutine's RT_AWAIT. The strings must have
+ * static storage; code that cannot expand C macros calls the _with_site
+ * function with a site of its own, or NULL and 0. */
+#define RT__AWAIT_HERE __FILE__, __LINE__, __func__
+
 /* Awaits an operation from inside a fiber: polls it, suspending the fiber
  * while it is pending, and returns its result once it finishes (the
  * operation's own fields hold its value, as after RT_AWAIT). After a
@@ -138,7 +165,8 @@ int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_op
  * op must stay where it is until this returns (a local of the fiber is
  * the usual place). Errors: -EPERM (not called from a fiber: nothing is
  * done to op), -EINVAL (op NULL), -ECANCELED. From a fiber only. */
-int64_t rt_fiber_await(rt_future *op);
+#define rt_fiber_await(op) rt_fiber_await_with_site(RT__AWAIT_HERE, (op))
+int64_t rt_fiber_await_with_site(const char *file, int line, const char *function, rt_future *op);
 
 /* True when the calling code runs in a fiber. Any thread. */
 bool rt_in_fiber(void);
@@ -153,7 +181,8 @@ int rt_fiber_set_status(int status);
 
 /* Lets the other runnable tasks of this worker run first (rt_yield).
  * Returns 0, -ECANCELED after a cancel, -EPERM outside a fiber. */
-int rt_fiber_yield(void);
+#define rt_fiber_yield() rt_fiber_yield_with_site(RT__AWAIT_HERE)
+int rt_fiber_yield_with_site(const char *file, int line, const char *function);
 
 /* Begins a shield: until timeout_ns from now (or rt_fiber_unshield) awaits
  * work even after a cancel (see "Cancellation" above). Shields do not nest:
@@ -168,39 +197,60 @@ void rt_fiber_unshield(void);
  * awaits it; its result goes to *result (may be NULL). Returns 0, or the
  * errors of rt_spawn_blocking and rt_fiber_await (-ECANCELED: the job runs on
  * to its end and its result is discarded). From a fiber only. */
-int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **result);
+#define rt_fiber_run_blocking(fn, arg, result)                                                     \
+    rt_fiber_run_blocking_with_site(RT__AWAIT_HERE, (fn), (arg), (result))
+int rt_fiber_run_blocking_with_site(const char *file, int line, const char *function,
+                                    void *(*fn)(void *arg), void *arg, void **result);
 
 /* ---- Blocking-style helpers -------------------------------------------------
  *
  * Each is its operation's init and rt_fiber_await, for fibers only; the results
  * are the operation's (a negative errno on failure, -ECANCELED after a
- * cancel, -EPERM outside a fiber). */
+ * cancel, -EPERM outside a fiber). Each is an await-site macro (above). */
 
 /* Sleeps for duration_ns (rt_sleep_init). */
-int rt_sleep_await(int64_t duration_ns);
+#define rt_sleep_await(duration_ns) rt_sleep_await_with_site(RT__AWAIT_HERE, (duration_ns))
+int rt_sleep_await_with_site(const char *file, int line, const char *function, int64_t duration_ns);
 
 /* Sends value on a channel of `void *` (rt_chan_send_init): 0, -EPIPE. */
-int rt_chan_send_await(rt_chan *ch, void *value);
+#define rt_chan_send_await(ch, value) rt_chan_send_await_with_site(RT__AWAIT_HERE, (ch), (value))
+int rt_chan_send_await_with_site(const char *file, int line, const char *function, rt_chan *ch,
+                                 void *value);
 
 /* Receives from a channel of `void *` into *value (rt_chan_recv_init): 0,
  * or -EPIPE at the end of the stream (*value NULL). */
-int rt_chan_recv_await(rt_chan *ch, void **value);
+#define rt_chan_recv_await(ch, value) rt_chan_recv_await_with_site(RT__AWAIT_HERE, (ch), (value))
+int rt_chan_recv_await_with_site(const char *file, int line, const char *function, rt_chan *ch,
+                                 void **value);
 
 /* Locks m (rt_mutex_lock_init); unlock with rt_mutex_unlock. */
-int rt_mutex_lock_await(rt_mutex *m);
+#define rt_mutex_lock_await(m) rt_mutex_lock_await_with_site(RT__AWAIT_HERE, (m))
+int rt_mutex_lock_await_with_site(const char *file, int line, const char *function, rt_mutex *m);
 
 /* Reads up to len bytes (rt_io_read_init): the count, 0 at the end. */
-int64_t rt_io_read_await(rt_io *io, void *buf, size_t len);
+#define rt_io_read_await(io, buf, len)                                                             \
+    rt_io_read_await_with_site(RT__AWAIT_HERE, (io), (buf), (len))
+int64_t rt_io_read_await_with_site(const char *file, int line, const char *function, rt_io *io,
+                                   void *buf, size_t len);
 
 /* Writes all len bytes (rt_io_write_all_init): len, or an error. */
-int64_t rt_io_write_all_await(rt_io *io, const void *buf, size_t len);
+#define rt_io_write_all_await(io, buf, len)                                                        \
+    rt_io_write_all_await_with_site(RT__AWAIT_HERE, (io), (buf), (len))
+int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function, rt_io *io,
+                                        const void *buf, size_t len);
 
 /* Accepts a connection on listener into *conn (rt_tcp_accept_init). */
-int rt_tcp_accept_await(rt_io *listener, rt_io **conn);
+#define rt_tcp_accept_await(listener, conn)                                                        \
+    rt_tcp_accept_await_with_site(RT__AWAIT_HERE, (listener), (conn))
+int rt_tcp_accept_await_with_site(const char *file, int line, const char *function, rt_io *listener,
+                                  rt_io **conn);
 
 /* Connects to addr into *conn (rt_tcp_connect_init, on the fiber's own
  * runtime). */
-int rt_tcp_connect_await(const struct sockaddr *addr, socklen_t addr_len, rt_io **conn);
+#define rt_tcp_connect_await(addr, addr_len, conn)                                                 \
+    rt_tcp_connect_await_with_site(RT__AWAIT_HERE, (addr), (addr_len), (conn))
+int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
+                                   const struct sockaddr *addr, socklen_t addr_len, rt_io **conn);
 
 #ifdef __cplusplus
 }

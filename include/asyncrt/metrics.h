@@ -74,6 +74,10 @@ typedef struct rt_metrics {
     uint64_t stalls;       /* polls reported as running too long */
     /* Fibers shutdown gave up waiting for (fiber.h, "Cancellation"). */
     uint64_t fibers_abandoned;
+    /* The deepest a finished fiber's stack was in use, in bytes from its top,
+     * as seen at its switches (rt_task_info.stack_depth): size stacks from
+     * it, with room for the calls between awaits it cannot see. */
+    uint64_t fiber_stack_deepest;
 } rt_metrics;
 
 /* Fills *m (of `size` bytes: pass sizeof(rt_metrics)). Any thread, any time

@@ -3,7 +3,9 @@
  * needs nothing but what rt_runtime_tasks gives (a user could write the
  * same), except that the reactor's dump on a signal must not wait for a
  * shutdown (rt__runtime_tasks). */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,10 @@ typedef struct dump_group {
     char text[sizeof(((rt_wait_info *)0)->text)];
     uint64_t polls;
     int64_t busy_ns, idle_ns, running_ns;
+    /* Fibers: tasks with different backtraces are different groups. */
+    size_t stack_size, stack_depth, stack_touched;
+    unsigned backtrace_len;
+    const void *backtrace[RT_TASK_BACKTRACE_MAX];
 } dump_group;
 
 typedef struct dump_state {
@@ -56,7 +62,9 @@ static bool same_group(const dump_group *g, const rt_task_info *t)
     return g->state == t->state && g->await_file == t->await_file &&
            g->await_line == t->await_line && g->await_function == t->await_function &&
            g->kind == t->wait.kind && g->spawned_at == t->spawned_at && g->lost == t->lost_wakeup &&
-           (t->state != RT_TASK_RUNNING || g->worker == t->worker);
+           (t->state != RT_TASK_RUNNING || g->worker == t->worker) &&
+           g->backtrace_len == t->backtrace_len &&
+           memcmp(g->backtrace, t->backtrace, t->backtrace_len * sizeof(t->backtrace[0])) == 0;
 }
 
 static int collect(const rt_task_info *t, void *arg)
@@ -105,6 +113,11 @@ static int collect(const rt_task_info *t, void *arg)
     g->busy_ns = t->busy_ns;
     g->idle_ns = t->idle_ns;
     g->running_ns = t->running_ns;
+    g->stack_size = t->stack_size;
+    g->stack_depth = t->stack_depth;
+    g->stack_touched = t->stack_touched;
+    g->backtrace_len = t->backtrace_len;
+    memcpy(g->backtrace, t->backtrace, sizeof g->backtrace);
     return 0;
 }
 
@@ -171,6 +184,61 @@ static void emit_ms(char *buf, size_t len, int64_t ns)
     snprintf(buf, len, "%lld.%03lld ms", (long long)(ns / 1000000), (long long)(ns / 1000 % 1000));
 }
 
+/* Bytes as KiB with one decimal. */
+static void emit_kib(char *buf, size_t len, size_t bytes)
+{
+    snprintf(buf, len, "%zu.%zu KiB", bytes / 1024, bytes % 1024 * 10 / 1024);
+}
+
+/* A return address as the dynamic symbol table names it ("fn+0x1c"), with
+ * the object and the offset in it, which `addr2line -f -e OBJECT OFFSET`
+ * turns into file:line; the address alone when no object holds it. A
+ * symbol is trusted only when its size covers the address: dladdr gives
+ * the nearest exported one, which for a static function is another. */
+static void emit_frame(dump_out *o, unsigned i, const void *pc)
+{
+    /* pc - 1: inside the call, not after it (a call that ends a function
+     * returns into the next). */
+    const char *inside = (const char *)pc - 1;
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (dladdr1(inside, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || info.dli_fname == NULL) {
+        emit(o, "      #%u %p\n", i, pc);
+        return;
+    }
+    const char *object = strrchr(info.dli_fname, '/');
+    object = object != NULL ? object + 1 : info.dli_fname;
+    if (object[0] == '\0')
+        object = "the executable";
+    size_t offset = (size_t)((const char *)pc - (const char *)info.dli_fbase);
+    if (sym != NULL && info.dli_sname != NULL && info.dli_saddr != NULL &&
+        inside < (const char *)info.dli_saddr + sym->st_size)
+        emit(o, "      #%u %s+0x%zx (%s+0x%zx)\n", i, info.dli_sname,
+             (size_t)((const char *)pc - (const char *)info.dli_saddr), object, offset);
+    else
+        emit(o, "      #%u %s+0x%zx\n", i, object, offset);
+}
+
+static void emit_fiber(dump_out *o, const dump_group *g)
+{
+    const char *first = g->count > 1 ? "the first: " : "";
+    char size[32], depth[32], touched[48] = "";
+    emit_kib(size, sizeof size, g->stack_size);
+    emit_kib(depth, sizeof depth, g->stack_depth);
+    if (g->stack_touched > 0) {
+        char t[32];
+        emit_kib(t, sizeof t, g->stack_touched);
+        snprintf(touched, sizeof touched, ", pages touched %s", t);
+    }
+    emit(o, "    %sfiber stack %s, %s in use at its deepest switch%s\n", first, size, depth,
+         touched);
+    if (g->backtrace_len == 0)
+        return;
+    emit(o, "    backtrace from the await up:\n");
+    for (unsigned i = 0; i < g->backtrace_len; i++)
+        emit_frame(o, i, g->backtrace[i]);
+}
+
 static void emit_group(dump_out *o, const dump_group *g)
 {
     emit(o, "%zu task%s %s", g->count, g->count == 1 ? "" : "s", state_word(g->state));
@@ -206,6 +274,8 @@ static void emit_group(dump_out *o, const dump_group *g)
         emit(o, "    %spolls %llu, busy %s, idle %s%s\n", g->count > 1 ? "the first: " : "",
              (unsigned long long)g->polls, busy, idle, running);
     }
+    if (g->stack_size > 0)
+        emit_fiber(o, g);
     emit(o, "\n");
 }
 

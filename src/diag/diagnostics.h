@@ -44,6 +44,15 @@ bool rt__describe_task(rt_runtime *rt, struct rt_task *t, const char *site, rt_t
  * where it was spawned. dump.c, for the watchdog. */
 bool rt__find_task_ref(rt_runtime *rt, struct rt_task *t, const char **site);
 
+/* How a kind of task that is no coroutine tells a dump what it waits for
+ * (fibers, src/fiber/fiber.c): a dump of a waiting task whose poll function
+ * is `poll` calls fn with the task's state while it holds the task, so
+ * that it is not polled meanwhile, to fill what *info says of where it
+ * waits. Only one kind registers; calls after the first change nothing.
+ * Any thread. dump.c (a no-op without diagnostics). */
+typedef void (*rt__task_reader_fn)(const void *state, rt_task_info *info);
+void rt__diag_task_reader_set(rt_poll_fn poll, rt__task_reader_fn fn);
+
 /* The report_lost hook (diag_hooks.h). dump.c. */
 void rt__report_lost(struct rt__worker *w, struct rt__registry_entry *lost, unsigned n);
 

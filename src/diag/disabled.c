@@ -17,6 +17,12 @@
 
 void rt__diag_install(void) {}
 
+void rt__diag_task_reader_set(rt_poll_fn poll, rt__task_reader_fn fn)
+{
+    (void)poll;
+    (void)fn;
+}
+
 int rt__watchdog_start(rt_runtime *rt, int64_t stall_ns, struct rt__watchdog **out)
 {
     (void)rt;

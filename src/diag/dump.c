@@ -54,6 +54,21 @@ static const char *symbol_name(const void *fn)
     return NULL;
 }
 
+/* The one kind of task with a reader of its own (rt__diag_task_reader_set):
+ * the reader is stored before the poll function with a release that the
+ * acquire load in read_held pairs with, so that a dump that sees the poll
+ * sees its reader. */
+static rt__task_reader_fn reader_fn;
+static void *reader_poll;
+
+void rt__diag_task_reader_set(rt_poll_fn poll, rt__task_reader_fn fn)
+{
+    if (rt__load_acquire_ptr((void *const *)&reader_poll) != NULL)
+        return;
+    reader_fn = fn;
+    rt__store_release_ptr(&reader_poll, (void *)poll);
+}
+
 /* Reads the coroutine record and the operation in flight of a held task. */
 static void read_held(rt_task *t, rt_task_info *info)
 {
@@ -74,6 +89,11 @@ static void read_held(rt_task *t, rt_task_info *info)
                      co->line > 0 ? "a poll of its own (RT_AWAIT_POLL or a hand-written wait)"
                                   : "its first poll");
         }
+        return;
+    }
+    void *reader = rt__load_acquire_ptr((void *const *)&reader_poll);
+    if (reader != NULL && reader == (void *)t->u.poll) {
+        reader_fn(t->future_state, info);
         return;
     }
     const char *fn = symbol_name((const void *)t->u.poll);

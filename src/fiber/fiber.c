@@ -19,6 +19,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 
 #include "clock.h"
 #include "current.h"
+#include "diagnostics.h"
 #include "park.h"
 #include "runtime_services.h"
 #include "spawning.h"
@@ -96,6 +98,16 @@ typedef struct rt__fiber {
     bool cancelled;  /* resumed by the drop: awaits fail */
     bool shielded;   /* rt_fiber_shield until shield_deadline */
     int64_t shield_deadline;
+    /* For a task dump (fiber_describe), which reads them while it holds the
+     * task, the fiber switched out: where the fiber waits, written at each
+     * await before it may switch out. */
+    const char *await_file;
+    const char *await_function;
+    int await_line;
+    rt_future *awaiting;     /* the operation awaited; NULL in a yield */
+    const void *await_frame; /* the frame of the await call, where the walk up starts */
+    const void *root_frame;  /* fiber_main's, where it ends */
+    uintptr_t lowest_sp;     /* the deepest stack pointer of a switch out */
 #ifdef RT__FIBER_ASAN
     void *asan_fake;        /* the fiber's fake stack while switched out */
     const void *poller_low; /* the stack it came from */
@@ -147,6 +159,10 @@ RT__NO_TSAN static void switch_in(rt__fiber *f)
  * (on any thread). `last`: it never will be (it returned, or shutdown abandons it). */
 RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
 {
+    /* How deep the fiber is: about where the switch saves its registers. */
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    if (sp < f->lowest_sp)
+        f->lowest_sp = sp;
 #ifdef RT__FIBER_ASAN
     __sanitizer_start_switch_fiber(last ? NULL : &f->asan_fake, f->poller_low, f->poller_size);
 #else
@@ -167,6 +183,7 @@ _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 #ifdef RT__FIBER_ASAN
     __sanitizer_finish_switch_fiber(NULL, &f->poller_low, &f->poller_size);
 #endif
+    f->root_frame = __builtin_frame_address(0);
     f->result = f->task->fn(f->task->arg);
     f->finished = true;
     switch_out(f, true);
@@ -294,6 +311,7 @@ static int fiber_start(fiber_task *ft)
     memset(f, 0, sizeof(*f));
     f->task = ft;
     f->stack = stack;
+    f->lowest_sp = (uintptr_t)f;
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -305,6 +323,7 @@ static int fiber_start(fiber_task *ft)
 static void fiber_release(fiber_task *ft)
 {
     rt__fiber *f = ft->f;
+    rt__runtime_note_fiber_depth(ft->rt, (uintptr_t)f->stack.low + f->stack.size - f->lowest_sp);
 #ifdef RT__FIBER_TSAN
     __tsan_destroy_fiber(f->tsan_fiber);
 #endif
@@ -363,6 +382,83 @@ static void fiber_drop(void *state)
         rt__runtime_count_fiber_abandoned(f->task->rt); /* its stack stays mapped */
 }
 
+/* ---- What a dump says of a fiber ---------------------------------------------*/
+
+/* Follows the frame records (the saved frame pointer and the return address
+ * above it, the same pair on x86-64 and AArch64) from the await call up to
+ * fiber_main, staying inside the fiber's own stack and going only upwards,
+ * so that code built without frame pointers gives a short or wrong list,
+ * never a read outside the stack. */
+static unsigned walk_frames(const rt__fiber *f, const void **out, unsigned max)
+{
+    uintptr_t low = (uintptr_t)f->stack.low, high = (uintptr_t)f;
+    uintptr_t fp = (uintptr_t)f->await_frame;
+    unsigned n = 0;
+    while (n < max && fp >= low && fp <= high - 2 * sizeof(uintptr_t) &&
+           fp % sizeof(uintptr_t) == 0) {
+        const uintptr_t *record = (const uintptr_t *)fp;
+        uintptr_t caller = record[0], pc = record[1];
+        if (pc == 0 || caller == (uintptr_t)f->root_frame || caller <= fp)
+            break;
+        out[n++] = (const void *)pc;
+        fp = caller;
+    }
+    return n;
+}
+
+/* How far down the stack's pages have ever been touched (mincore), from
+ * the top; 0 when it cannot tell. An unguarded stack's lowest page holds
+ * its canary, so its count starts one page up. */
+static size_t touched_bytes(const rt__fiber *f)
+{
+    size_t page = rt__page_size();
+    size_t first = f->stack.guarded ? 0 : 1, pages = f->stack.size / page;
+    unsigned char vec[256];
+    for (size_t at = first; at < pages; at += sizeof vec) {
+        size_t n = pages - at < sizeof vec ? pages - at : sizeof vec;
+        if (mincore(f->stack.low + at * page, n * page, vec) != 0)
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if (vec[i] & 1)
+                return (pages - at - i) * page;
+    }
+    return 0;
+}
+
+/* The dump's reader of a fiber task (rt__diag_task_reader_set), called with
+ * the task held: the fiber is switched out in an await and stays so while
+ * this reads its block and its stack. */
+static void fiber_describe(const void *state, rt_task_info *info)
+{
+    const fiber_task *ft = state;
+    const rt__fiber *f = ft->f;
+    info->wait.kind = RT_WAIT_OTHER;
+    if (f == NULL) {
+        snprintf(info->wait.text, sizeof info->wait.text, "its first run (a fiber)");
+        return;
+    }
+    info->stack_size = f->stack.size;
+    info->stack_depth = (uintptr_t)f->stack.low + f->stack.size - f->lowest_sp;
+    info->stack_touched = touched_bytes(f);
+    if (f->await_file != NULL) {
+        info->await_file = f->await_file;
+        info->await_line = f->await_line;
+        info->await_function = f->await_function;
+    }
+    if (f->awaiting != NULL)
+        rt_future_describe(f->awaiting, &info->wait);
+    else
+        snprintf(info->wait.text, sizeof info->wait.text, "its turn after a yield (a fiber)");
+    info->backtrace_len = walk_frames(f, info->backtrace, RT_TASK_BACKTRACE_MAX);
+}
+
+static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
+
+static void register_describe(void)
+{
+    rt__diag_task_reader_set(fiber_poll, fiber_describe);
+}
+
 RT_EXPORT void rt_fiber_options_init(rt_fiber_options *opts)
 {
     if (opts == NULL)
@@ -397,6 +493,7 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
     }
     if (stack_size > ((size_t)1 << 40))
         return -EINVAL;
+    pthread_once(&describe_once, register_describe);
     uint64_t id = rt__task_new_id();
     fiber_task ft = {.fn = fn,
                      .arg = arg,
@@ -462,6 +559,18 @@ static bool shield_holds(rt__fiber *f)
     return f->shielded;
 }
 
+/* Where the fiber is about to wait, for the dump. `frame`: the frame of
+ * the public function called at the await site. */
+static inline void note_await(rt__fiber *f, const char *file, int line, const char *function,
+                              rt_future *op, const void *frame)
+{
+    f->await_file = file;
+    f->await_line = line;
+    f->await_function = function;
+    f->awaiting = op;
+    f->await_frame = frame;
+}
+
 static int64_t await_in(rt__fiber *f, rt_future *op)
 {
     if (rt__unlikely(f->task->migrate) && !f->cancelled) {
@@ -484,9 +593,17 @@ static int64_t await_in(rt__fiber *f, rt_future *op)
     }
 }
 
-RT_EXPORT int64_t rt_fiber_await(rt_future *op)
+/* The start of each public await: the fiber, with the site noted (NULL
+ * outside a fiber). */
+#define AWAIT_BEGIN(f, op)                                                                         \
+    rt__fiber *f = current_fiber();                                                                \
+    if (f != NULL)                                                                                 \
+    note_await(f, file, line, function, (op), __builtin_frame_address(0))
+
+RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const char *function,
+                                           rt_future *op)
 {
-    rt__fiber *f = current_fiber();
+    AWAIT_BEGIN(f, op);
     if (f == NULL)
         return -EPERM;
     if (op == NULL)
@@ -516,9 +633,9 @@ RT_EXPORT int rt_fiber_set_status(int status)
     return 0;
 }
 
-RT_EXPORT int rt_fiber_yield(void)
+RT_EXPORT int rt_fiber_yield_with_site(const char *file, int line, const char *function)
 {
-    rt__fiber *f = current_fiber();
+    AWAIT_BEGIN(f, NULL);
     if (f == NULL)
         return -EPERM;
     if (f->cancelled)
@@ -547,18 +664,19 @@ RT_EXPORT void rt_fiber_unshield(void)
         f->shielded = false;
 }
 
-RT_EXPORT int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **result)
+RT_EXPORT int rt_fiber_run_blocking_with_site(const char *file, int line, const char *function,
+                                              void *(*fn)(void *arg), void *arg, void **result)
 {
     if (result != NULL)
         *result = NULL;
-    rt__fiber *f = current_fiber();
+    rt_task_join join;
+    AWAIT_BEGIN(f, &join.future);
     if (f == NULL)
         return -EPERM;
     rt_task *job;
     int err = rt_spawn_blocking(f->task->rt, fn, arg, &job);
     if (err < 0)
         return err;
-    rt_task_join join;
     rt_task_join_init(&join, job);
     int64_t r = await_in(f, &join.future);
     if (r == 0 && result != NULL)
@@ -568,34 +686,37 @@ RT_EXPORT int rt_fiber_run_blocking(void *(*fn)(void *arg), void *arg, void **re
 
 /* ---- Helpers ---------------------------------------------------------------*/
 
-RT_EXPORT int rt_sleep_await(int64_t duration_ns)
+RT_EXPORT int rt_sleep_await_with_site(const char *file, int line, const char *function,
+                                       int64_t duration_ns)
 {
-    rt__fiber *f = current_fiber();
+    rt_sleep op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_sleep op;
     rt_sleep_init(&op, f->task->rt, duration_ns);
     return (int)await_in(f, &op.future);
 }
 
-RT_EXPORT int rt_chan_send_await(rt_chan *ch, void *value)
+RT_EXPORT int rt_chan_send_await_with_site(const char *file, int line, const char *function,
+                                           rt_chan *ch, void *value)
 {
-    rt__fiber *f = current_fiber();
+    rt_chan_send op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_chan_send op;
     rt_chan_send_init(&op, ch, value);
     return (int)await_in(f, &op.future);
 }
 
-RT_EXPORT int rt_chan_recv_await(rt_chan *ch, void **value)
+RT_EXPORT int rt_chan_recv_await_with_site(const char *file, int line, const char *function,
+                                           rt_chan *ch, void **value)
 {
     if (value != NULL)
         *value = NULL;
-    rt__fiber *f = current_fiber();
+    rt_chan_recv op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_chan_recv op;
     rt_chan_recv_init(&op, ch);
     int err = (int)await_in(f, &op.future);
     if (err == 0 && value != NULL)
@@ -603,44 +724,48 @@ RT_EXPORT int rt_chan_recv_await(rt_chan *ch, void **value)
     return err;
 }
 
-RT_EXPORT int rt_mutex_lock_await(rt_mutex *m)
+RT_EXPORT int rt_mutex_lock_await_with_site(const char *file, int line, const char *function,
+                                            rt_mutex *m)
 {
-    rt__fiber *f = current_fiber();
+    rt_mutex_lock op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_mutex_lock op;
     rt_mutex_lock_init(&op, m);
     return (int)await_in(f, &op.future);
 }
 
-RT_EXPORT int64_t rt_io_read_await(rt_io *io, void *buf, size_t len)
+RT_EXPORT int64_t rt_io_read_await_with_site(const char *file, int line, const char *function,
+                                             rt_io *io, void *buf, size_t len)
 {
-    rt__fiber *f = current_fiber();
+    rt_io_read op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_io_read op;
     rt_io_read_init(&op, io, buf, len);
     return await_in(f, &op.future);
 }
 
-RT_EXPORT int64_t rt_io_write_all_await(rt_io *io, const void *buf, size_t len)
+RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function,
+                                                  rt_io *io, const void *buf, size_t len)
 {
-    rt__fiber *f = current_fiber();
+    rt_io_write_all op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_io_write_all op;
     rt_io_write_all_init(&op, io, buf, len);
     return await_in(f, &op.future);
 }
 
-RT_EXPORT int rt_tcp_accept_await(rt_io *listener, rt_io **conn)
+RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const char *function,
+                                            rt_io *listener, rt_io **conn)
 {
     if (conn != NULL)
         *conn = NULL;
-    rt__fiber *f = current_fiber();
+    rt_tcp_accept op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_tcp_accept op;
     rt_tcp_accept_init(&op, listener);
     int err = (int)await_in(f, &op.future);
     if (err >= 0 && conn != NULL)
@@ -648,14 +773,16 @@ RT_EXPORT int rt_tcp_accept_await(rt_io *listener, rt_io **conn)
     return err < 0 ? err : 0;
 }
 
-RT_EXPORT int rt_tcp_connect_await(const struct sockaddr *addr, socklen_t addr_len, rt_io **conn)
+RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
+                                             const struct sockaddr *addr, socklen_t addr_len,
+                                             rt_io **conn)
 {
     if (conn != NULL)
         *conn = NULL;
-    rt__fiber *f = current_fiber();
+    rt_tcp_connect op;
+    AWAIT_BEGIN(f, &op.future);
     if (f == NULL)
         return -EPERM;
-    rt_tcp_connect op;
     rt_tcp_connect_init(&op, f->task->rt, addr, addr_len);
     int err = (int)await_in(f, &op.future);
     if (err >= 0 && conn != NULL)

@@ -71,6 +71,7 @@ RT_EXPORT int rt_metrics_read(rt_runtime *rt, rt_metrics *m, size_t size)
     }
     snap.stalls = rt__load_relaxed_u64(&rt->stalls);
     snap.fibers_abandoned = rt__load_relaxed_u64(&rt->fibers_abandoned);
+    snap.fiber_stack_deepest = rt__load_relaxed_u64(&rt->fiber_stack_deepest);
     for (unsigned i = 0; i < rt->nforeign; i++)
         snap.spawned += rt__load_relaxed_u64(&rt->foreign[i].registry.spawned);
     snap.cancelled += rt__load_relaxed_u64(&rt->shutdown_cancelled);
@@ -128,6 +129,9 @@ RT_EXPORT int rt_metrics_print(rt_runtime *rt, FILE *out)
                 (unsigned long long)w.deque_high_water, (unsigned long long)w.spills,
                 (unsigned long long)w.reactor_yields);
     }
+    if (m.fiber_stack_deepest > 0 || m.fibers_abandoned > 0)
+        fprintf(out, "fibers: deepest stack in use %llu bytes, %llu abandoned at shutdown\n",
+                (unsigned long long)m.fiber_stack_deepest, (unsigned long long)m.fibers_abandoned);
     if (m.lost_wakeups > 0 || m.stalls > 0)
         fprintf(out, "diagnostics: %llu lost wake-ups, %llu stalls reported\n",
                 (unsigned long long)m.lost_wakeups, (unsigned long long)m.stalls);

@@ -82,6 +82,7 @@ struct rt_runtime {
      * abandoned (fiber.h). */
     int64_t fiber_deadline;
     uint64_t fibers_abandoned;
+    uint64_t fiber_stack_deepest; /* rt_metrics.fiber_stack_deepest */
 
     /* Serializes rt_runtime_shutdown callers, and keeps task dumps
      * (dump.c) and shutdown apart. */

@@ -121,6 +121,15 @@ void rt__runtime_count_fiber_abandoned(rt_runtime *rt)
     rt__faa_u64(&rt->fibers_abandoned, 1);
 }
 
+void rt__runtime_note_fiber_depth(rt_runtime *rt, uint64_t depth)
+{
+    /* A maximum, relaxed: nothing is published through it, and the common
+     * case (not deeper than before) is one load. */
+    uint64_t seen = rt__load_relaxed_u64(&rt->fiber_stack_deepest);
+    while (depth > seen && !rt__cas_u64(&rt->fiber_stack_deepest, &seen, depth)) {
+    }
+}
+
 void rt__runtime_count_stall(rt_runtime *rt)
 {
     /* A relaxed add of the one writer; rt_metrics_read reads it relaxed. */

@@ -89,5 +89,8 @@ size_t rt__runtime_fiber_stack_size(rt_runtime *rt);
 bool rt__runtime_fiber_migrate(rt_runtime *rt);
 int64_t rt__runtime_fiber_deadline(rt_runtime *rt);
 void rt__runtime_count_fiber_abandoned(rt_runtime *rt);
+/* A fiber that finished went `depth` bytes deep into its stack, as far as
+ * seen (rt_metrics.fiber_stack_deepest). Any thread. */
+void rt__runtime_note_fiber_depth(rt_runtime *rt, uint64_t depth);
 
 #endif
