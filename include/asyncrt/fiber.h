@@ -148,6 +148,40 @@ void rt_fiber_options_init(rt_fiber_options *opts);
 int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_options *opts,
                              rt_fiber_fn fn, void *arg, rt_task **handle);
 
+/* ---- Fiber-local storage -----------------------------------------------------
+ *
+ * What a thread-local variable is to a thread, for a fiber: a value per
+ * fiber and key that follows the fiber from worker to worker (a __thread
+ * variable does not: after an await it is another thread's). Keys are
+ * process-wide, at most RT_FIBER_KEYS_MAX of them, and are never freed
+ * (make them once, as statics). */
+
+#define RT_FIBER_KEYS_MAX 64
+
+typedef struct rt_fiber_key {
+    unsigned index; /* 0 until rt_fiber_key_init; the library's business */
+} rt_fiber_key;
+
+/* Makes a new key into *key. destructor (may be NULL) is called with a
+ * fiber's value when the fiber returns with a value other than NULL set
+ * for the key, in the fiber, after its function returned (also after a
+ * cancel; not for a fiber that shutdown abandons, whose values are
+ * leaked); a destructor that sets values again is called again, up to four
+ * rounds. Errors: -EINVAL (key NULL), -EAGAIN (RT_FIBER_KEYS_MAX keys exist
+ * already). Any thread. */
+int rt_fiber_key_init(rt_fiber_key *key, void (*destructor)(void *value));
+
+/* Sets the calling fiber's value for key (NULL clears it). The fiber owns
+ * what value points to as far as the library is concerned: it is only
+ * handed to the destructor. Errors: -EPERM (not in a fiber), -EINVAL (key
+ * NULL or not made by rt_fiber_key_init), -ENOMEM (the fiber's first value,
+ * or the first for a key beyond its table, needs memory). */
+int rt_fiber_local_set(const rt_fiber_key *key, void *value);
+
+/* The calling fiber's value for key: NULL when none was set, outside a
+ * fiber, or for a key not made by rt_fiber_key_init. */
+void *rt_fiber_local_get(const rt_fiber_key *key);
+
 /* ---- Await sites -----------------------------------------------------------
  *
  * Every call below that may suspend the fiber is a macro that passes where

@@ -31,6 +31,7 @@
 #include <asyncrt/net.h>
 #include <asyncrt/timer.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "current.h"
 #include "diagnostics.h"
@@ -108,6 +109,8 @@ typedef struct rt__fiber {
     const void *await_frame; /* the frame of the await call, where the walk up starts */
     const void *root_frame;  /* fiber_main's, where it ends */
     uintptr_t lowest_sp;     /* the deepest stack pointer of a switch out */
+    void **locals;           /* fiber-local values by key index, or NULL */
+    unsigned locals_len;     /* entries of `locals` */
 #ifdef RT__FIBER_ASAN
     void *asan_fake;        /* the fiber's fake stack while switched out */
     const void *poller_low; /* the stack it came from */
@@ -177,6 +180,108 @@ RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
 #endif
 }
 
+/* ---- Fiber-local storage ----------------------------------------------------*/
+
+/* The keys made so far, and each one's destructor. A key's destructor is
+ * written before rt_fiber_key_init returns the key, and read by fibers
+ * that were given the key afterwards, through whatever the program used to
+ * hand it over; relaxed accesses suffice, and keep them visible as atomic
+ * to ThreadSanitizer. */
+static uint32_t keys_made;
+static void *key_destructors[RT_FIBER_KEYS_MAX];
+
+RT_EXPORT int rt_fiber_key_init(rt_fiber_key *key, void (*destructor)(void *value))
+{
+    if (key == NULL)
+        return -EINVAL;
+    uint32_t made = rt__load_relaxed_u32(&keys_made);
+    do {
+        if (made >= RT_FIBER_KEYS_MAX)
+            return -EAGAIN;
+    } while (!rt__cas_u32(&keys_made, &made, made + 1));
+    rt__store_relaxed_ptr(&key_destructors[made], (void *)destructor);
+    key->index = made + 1;
+    return 0;
+}
+
+/* The slot of a key in the calling fiber, growing the table when `grow`;
+ * NULL when there is none. */
+static void **local_slot(rt__fiber *f, const rt_fiber_key *key, bool grow, int *err)
+{
+    unsigned i = key->index - 1;
+    if (i < f->locals_len)
+        return &f->locals[i];
+    if (!grow)
+        return NULL;
+    unsigned len = f->locals_len != 0 ? f->locals_len : 4;
+    while (len <= i)
+        len *= 2;
+    void **grown = rt__realloc(f->locals, len * sizeof(*grown));
+    if (grown == NULL) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    memset(grown + f->locals_len, 0, (len - f->locals_len) * sizeof(*grown));
+    f->locals = grown;
+    f->locals_len = len;
+    return &f->locals[i];
+}
+
+static bool key_valid(const rt_fiber_key *key)
+{
+    return key != NULL && key->index >= 1 && key->index <= RT_FIBER_KEYS_MAX;
+}
+
+RT_EXPORT int rt_fiber_local_set(const rt_fiber_key *key, void *value)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL)
+        return -EPERM;
+    if (!key_valid(key))
+        return -EINVAL;
+    int err = 0;
+    void **slot = local_slot(f, key, value != NULL, &err);
+    if (slot != NULL)
+        *slot = value;
+    return err;
+}
+
+RT_EXPORT void *rt_fiber_local_get(const rt_fiber_key *key)
+{
+    rt__fiber *f = current_fiber();
+    if (f == NULL || !key_valid(key))
+        return NULL;
+    void **slot = local_slot(f, key, false, NULL);
+    return slot != NULL ? *slot : NULL;
+}
+
+/* After the fiber's function returned, in the fiber: each value's
+ * destructor, in rounds while destructors set values again (as pthread
+ * keys do), then the table. */
+static void locals_destroy(rt__fiber *f)
+{
+    for (int round = 0; round < 4; round++) {
+        bool again = false;
+        for (unsigned i = 0; i < f->locals_len; i++) {
+            void *value = f->locals[i];
+            if (value == NULL)
+                continue;
+            f->locals[i] = NULL;
+            void (*destructor)(void *) =
+                (void (*)(void *))rt__load_relaxed_ptr(&key_destructors[i]);
+            if (destructor != NULL) {
+                destructor(value);
+                again = true;
+            }
+        }
+        if (!again)
+            break;
+    }
+    free(f->locals);
+    f->locals = NULL;
+    f->locals_len = 0;
+}
+
 _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 {
     rt__fiber *f = arg;
@@ -185,6 +290,8 @@ _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
 #endif
     f->root_frame = __builtin_frame_address(0);
     f->result = f->task->fn(f->task->arg);
+    if (f->locals != NULL)
+        locals_destroy(f);
     f->finished = true;
     switch_out(f, true);
     assert(!"a finished fiber was resumed");
