@@ -10,6 +10,20 @@
 #include "atomic.h"
 #include "fault.h"
 
+#ifdef RT_HAVE_VALGRIND
+/* Valgrind takes a large jump of the stack pointer for a switch of stacks
+ * only when it knows the stacks: unregistered, it warns ("client switching
+ * stacks?") and may take fiber frames for invalid memory. The macros are a
+ * few instructions that do nothing outside Valgrind. */
+#include <valgrind/valgrind.h>
+#define RT__STACK_REGISTER(s)                                                                      \
+    ((s)->valgrind_id = VALGRIND_STACK_REGISTER((s)->low, (s)->low + (s)->size))
+#define RT__STACK_DEREGISTER(s) VALGRIND_STACK_DEREGISTER((s)->valgrind_id)
+#else
+#define RT__STACK_REGISTER(s) ((void)(s))
+#define RT__STACK_DEREGISTER(s) ((void)(s))
+#endif
+
 /* Guarded stacks cost two mappings each (the stack and its guard), and a
  * process may have vm.max_map_count of them (65530 by default): the first
  * RT__GUARD_BUDGET stacks alive at once are guarded, the rest unguarded,
@@ -85,7 +99,8 @@ static int map_guarded(size_t size, rt__stack *out)
         munmap(m, size + page);
         return -ENOMEM;
     }
-    *out = (rt__stack){m + page, size, true, false};
+    *out = (rt__stack){m + page, size, true, false, 0};
+    RT__STACK_REGISTER(out);
     return 0;
 }
 
@@ -101,7 +116,8 @@ static int carve_chunked(size_t size, rt__stack *out)
         chunk_left = RT__CHUNK_STACKS;
         chunk_stack_size = size;
     }
-    *out = (rt__stack){chunk_next, size, false, true};
+    *out = (rt__stack){chunk_next, size, false, true, 0};
+    RT__STACK_REGISTER(out); /* once: a chunked stack is never unmapped */
     chunk_next += size;
     chunk_left--;
     return 0;
@@ -204,6 +220,7 @@ static void pool_put(rt__stack *s)
         guarded_live--;
         pthread_mutex_unlock(&pool_lock);
         size_t page = rt__page_size();
+        RT__STACK_DEREGISTER(s);
         munmap(s->low - page, s->size + page);
     }
     s->low = NULL;

@@ -10,10 +10,11 @@
 #include <stdint.h>
 
 typedef struct rt__stack {
-    unsigned char *low; /* lowest usable address (just above the guard) */
-    size_t size;        /* usable bytes, a whole number of pages */
-    bool guarded;       /* a PROT_NONE page lies just below `low` */
-    bool chunked;       /* carved out of a shared mapping (never unmapped) */
+    unsigned char *low;   /* lowest usable address (just above the guard) */
+    size_t size;          /* usable bytes, a whole number of pages */
+    bool guarded;         /* a PROT_NONE page lies just below `low` */
+    bool chunked;         /* carved out of a shared mapping (never unmapped) */
+    unsigned valgrind_id; /* its registration with Valgrind, where built with it */
 } rt__stack;
 
 /* The value an unguarded stack keeps in its lowest word, checked at every
