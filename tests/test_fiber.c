@@ -575,6 +575,51 @@ Test(fiber, runs_a_blocking_function_on_the_pool)
     finish_runtime(rt, 0);
 }
 
+/* A job that writes into the fiber's locals once it is let go. */
+struct local_job {
+    struct event started, release;
+    char buf[4096];
+};
+
+static void *fills_the_fiber_buffer(void *arg)
+{
+    struct local_job *j = arg;
+    event_signal(&j->started);
+    cr_assert(event_wait_for_s(&j->release, 1, EVENT_DEADLINE_S));
+    memset(j->buf, 'j', sizeof j->buf);
+    return NULL;
+}
+
+static struct local_job *_Atomic shared_job; /* the fiber's local, for the test */
+static _Atomic int buffer_after_cancel;
+
+static void *lends_its_locals(void *arg)
+{
+    (void)arg;
+    struct local_job job = {EVENT_INIT, EVENT_INIT, {0}};
+    shared_job = &job;
+    int e = rt_fiber_run_blocking(fills_the_fiber_buffer, &job, NULL);
+    cr_assert_eq(e, -ECANCELED);
+    atomic_store(&buffer_after_cancel, job.buf[0] == 'j' && job.buf[4095] == 'j');
+    return NULL;
+}
+
+Test(fiber, a_cancel_waits_for_the_blocking_job_that_uses_the_fiber_locals)
+{
+    rt_runtime *rt = new_runtime(2);
+    rt_task *t;
+    cr_assert_eq(rt_fiber_spawn(rt, lends_its_locals, NULL, &t), 0);
+    struct local_job *job;
+    while ((job = atomic_load(&shared_job)) == NULL) /* set before the job starts */
+        sched_yield();
+    cr_assert(event_wait_for_s(&job->started, 1, EVENT_DEADLINE_S));
+    rt_task_cancel(t); /* the fiber must not return while the job runs */
+    event_signal(&job->release);
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    cr_assert(atomic_load(&buffer_after_cancel), "the fiber went on before the job ended");
+    finish_runtime(rt, 0);
+}
+
 /* ---- rt_config.fiber_migrate -------------------------------------------- */
 
 static void *hops(void *arg)

@@ -129,6 +129,12 @@ typedef struct rt_fiber_options {
     int worker;
     /* Usable stack bytes, rounded up to pages; 0: rt_config.fiber_stack_size. */
     size_t stack_size;
+    /* Called with arg when the fiber will never run because its stack
+     * cannot be mapped (it then finishes with -ENOMEM), so that an argument
+     * the fiber would have owned is not leaked (a connection, a channel
+     * side); on the worker that found it out, or shutdown's caller. NULL:
+     * nothing is called. */
+    void (*release)(void *arg);
 } rt_fiber_options;
 
 /* The defaults: no name, any worker, the runtime's stack size. */
@@ -140,7 +146,7 @@ void rt_fiber_options_init(rt_fiber_options *opts);
  * is the caller's business: the fiber always runs (see "Cancellation" above), so it may own arg and
  * release it. Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN); the stack is mapped when
  * the fiber first runs, and a fiber whose stack cannot be mapped finishes at once with status
- * -ENOMEM without running (arg is then not touched). Any thread. */
+ * -ENOMEM without running (arg then goes to opts->release, if given). Any thread. */
 #define rt_fiber_spawn(rt, fn, arg, handle)                                                        \
     rt_fiber_spawn_with_site(RT__HERE, (rt), NULL, (fn), (arg), (handle))
 #define rt_fiber_spawn_ex(rt, opts, fn, arg, handle)                                               \
@@ -228,9 +234,13 @@ int rt_fiber_shield(int64_t timeout_ns);
 void rt_fiber_unshield(void);
 
 /* Runs fn(arg) on the runtime's blocking pool (rt_spawn_blocking) and
- * awaits it; its result goes to *result (may be NULL). Returns 0, or the
- * errors of rt_spawn_blocking and rt_fiber_await (-ECANCELED: the job runs on
- * to its end and its result is discarded). From a fiber only. */
+ * awaits it; its result goes to *result (may be NULL). arg may point into
+ * the fiber's locals: a cancel does not end the wait early. A cancelled
+ * fiber waits for the job (blocking the thread that runs the cancel, as a
+ * shield does) and then gets -ECANCELED, the job's result discarded; if
+ * shutdown's deadline (rt_config.fiber_shutdown_ns) comes first, the fiber
+ * is abandoned there, its stack left mapped for the job. Returns 0, or the
+ * errors of rt_spawn_blocking and rt_fiber_await. From a fiber only. */
 #define rt_fiber_run_blocking(fn, arg, result)                                                     \
     rt_fiber_run_blocking_with_site(RT__AWAIT_HERE, (fn), (arg), (result))
 int rt_fiber_run_blocking_with_site(const char *file, int line, const char *function,

@@ -288,7 +288,8 @@ static int dump_to(rt_runtime *rt, dump_out *o, bool wait)
         free(d.groups);
         return d.failed ? -ENOMEM : n;
     }
-    qsort(d.groups, d.len, sizeof(*d.groups), by_count_desc);
+    if (d.len > 1) /* qsort must not be given NULL, which an empty runtime leaves */
+        qsort(d.groups, d.len, sizeof(*d.groups), by_count_desc);
     emit(o,
          "asyncrt task dump: %d tasks: %zu waiting, %zu scheduled, %zu running, %zu finished "
          "but not joined; %u workers\n",

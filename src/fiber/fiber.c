@@ -75,12 +75,13 @@ typedef struct fiber_task {
     rt_fiber_fn fn;
     void *arg;
     rt_runtime *rt;
-    const char *site; /* the spawn site, for the overflow report */
-    uint64_t task_id; /* for the overflow report */
-    size_t stack_size;
-    struct rt__fiber *f; /* NULL until the first run, and again once released */
-    bool finished;       /* the function returned and the stack went back */
-    bool migrate;        /* rt_config.fiber_migrate: move at every await */
+    const char *site;           /* the spawn site, for the overflow report */
+    uint64_t task_id;           /* for the overflow report */
+    void (*release)(void *arg); /* rt_fiber_options.release */
+    struct rt__fiber *f;        /* NULL until the first run, and again once released */
+    uint32_t stack_pages;       /* the stack's usable size, in pages */
+    bool finished;              /* the function returned and the stack went back */
+    bool migrate;               /* rt_config.fiber_migrate: move at every await */
 } fiber_task;
 _Static_assert(sizeof(fiber_task) + sizeof(struct rt_task) <= RT__TASK_SMALL_BLOCK,
                "a fiber's task fits a cached task block");
@@ -97,8 +98,13 @@ typedef struct rt__fiber {
     int status;      /* rt_fiber_set_status */
     bool finished;   /* fn returned */
     bool cancelled;  /* resumed by the drop: awaits fail */
-    bool shielded;   /* rt_fiber_shield until shield_deadline */
+    bool shielded;   /* rt_fiber_shield until shield_deadline (-1: no end) */
     int64_t shield_deadline;
+    /* The operation awaited now uses the fiber's stack until it ends (the
+     * job of rt_fiber_run_blocking): after a cancel it is waited for, with
+     * no deadline but shutdown's, and a fiber whose wait ends before it
+     * does is abandoned, so that its stack stays mapped. */
+    bool keep_stack;
     /* For a task dump (fiber_describe), which reads them while it holds the
      * task, the fiber switched out: where the fiber waits, written at each
      * await before it may switch out. */
@@ -406,7 +412,7 @@ __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
 static int fiber_start(fiber_task *ft)
 {
     rt__stack stack;
-    int err = rt__stack_get(ft->stack_size, &stack);
+    int err = rt__stack_get((size_t)ft->stack_pages * rt__page_size(), &stack);
     if (err < 0)
         return err;
 #ifdef RT__FIBER_ASAN
@@ -442,6 +448,15 @@ static void fiber_release(fiber_task *ft)
 
 /* ---- The task --------------------------------------------------------------*/
 
+/* No stack for it: the fiber never runs, and its argument goes to the
+ * release function it was spawned with. */
+static void never_runs(fiber_task *ft)
+{
+    ft->finished = true;
+    if (ft->release != NULL)
+        ft->release(ft->arg);
+}
+
 static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
 {
     fiber_task *ft = state;
@@ -451,6 +466,7 @@ static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
     if (ft->f == NULL) {
         int err = fiber_start(ft);
         if (err < 0) {
+            never_runs(ft);
             rt_task_set_status(cx, err);
             *out = NULL;
             return RT_READY;
@@ -475,8 +491,10 @@ static void fiber_drop(void *state)
     fiber_task *ft = state;
     if (ft->finished)
         return; /* it returned: the poll released everything */
-    if (ft->f == NULL && fiber_start(ft) < 0)
-        return; /* no stack: it never runs */
+    if (ft->f == NULL && fiber_start(ft) < 0) {
+        never_runs(ft);
+        return;
+    }
     rt__fiber *f = ft->f;
     f->cancelled = true;
     f->cx = NULL;
@@ -592,11 +610,13 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
     rt_spawn_options sopts;
     rt_spawn_options_init(&sopts);
     size_t stack_size = rt__runtime_fiber_stack_size(rt);
+    void (*release)(void *) = NULL;
     if (opts != NULL) {
         sopts.name = opts->name;
         sopts.worker = opts->worker;
         if (opts->stack_size != 0)
             stack_size = opts->stack_size;
+        release = opts->release;
     }
     if (stack_size > ((size_t)1 << 40))
         return -EINVAL;
@@ -607,7 +627,9 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
                      .rt = rt,
                      .site = site,
                      .task_id = id,
-                     .stack_size = stack_size,
+                     .release = release,
+                     .stack_pages =
+                         (uint32_t)((stack_size + rt__page_size() - 1) / rt__page_size()),
                      .migrate = rt__runtime_fiber_migrate(rt)};
     return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
                      NULL);
@@ -629,12 +651,12 @@ static rt_poll shielded_poll(void *arg, rt_context *cx)
  * the shield's deadline (and shutdown's). */
 static int64_t await_shielded(rt__fiber *f, rt_future *op)
 {
-    int64_t deadline = f->shield_deadline;
+    int64_t deadline = f->keep_stack ? -1 : f->shield_deadline; /* -1: none */
     int64_t end = rt__runtime_fiber_deadline(f->task->rt);
-    if (end >= 0 && end < deadline)
+    if (end >= 0 && (deadline < 0 || end < deadline))
         deadline = end;
-    int64_t left = deadline - rt__now_ns();
-    rt__thread_waker *tw = left > 0 ? rt__thread_waker_new() : NULL;
+    int64_t left = deadline < 0 ? -1 : deadline - rt__now_ns();
+    rt__thread_waker *tw = left != 0 && left >= -1 ? rt__thread_waker_new() : NULL;
     int err = -ECANCELED;
     if (tw != NULL) {
         struct shielded_wait w = {op};
@@ -643,9 +665,15 @@ static int64_t await_shielded(rt__fiber *f, rt_future *op)
     }
     if (err < 0) {
         rt_future_drop(op);
+        if (f->keep_stack) {
+            /* What op started may still use the stack: never free it. */
+            switch_out(f, true);
+            assert(!"an abandoned fiber was resumed");
+            __builtin_unreachable();
+        }
         return -ECANCELED;
     }
-    return op->result;
+    return f->keep_stack ? -ECANCELED : op->result; /* its result is not wanted */
 }
 
 /* A cancelled fiber awaiting past shutdown's deadline never runs again. */
@@ -661,7 +689,9 @@ static void abandon_if_late(rt__fiber *f)
 
 static bool shield_holds(rt__fiber *f)
 {
-    if (f->shielded && rt__now_ns() >= f->shield_deadline)
+    if (f->keep_stack)
+        return true;
+    if (f->shielded && f->shield_deadline >= 0 && rt__now_ns() >= f->shield_deadline)
         f->shielded = false;
     return f->shielded;
 }
@@ -785,7 +815,10 @@ RT_EXPORT int rt_fiber_run_blocking_with_site(const char *file, int line, const 
     if (err < 0)
         return err;
     rt_task_join_init(&join, job);
+    /* fn may use the fiber's locals through arg: a cancel waits for it. */
+    f->keep_stack = true;
     int64_t r = await_in(f, &join.future);
+    f->keep_stack = false;
     if (r == 0 && result != NULL)
         *result = join.value;
     return (int)r;
