@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -337,6 +338,54 @@ int task_wait_status(rt_task *task, int64_t timeout_ns, void **value)
         return rc;
     cr_assert_leq(status, 0, "rt_task_wait returned 0 without a status");
     return status;
+}
+
+struct waiting_look {
+    uint64_t id;
+    bool waiting;
+};
+
+static int look_for_waiting(const rt_task_info *info, void *arg)
+{
+    struct waiting_look *look = arg;
+    if (info->id == look->id && info->state == RT_TASK_WAITING)
+        look->waiting = true;
+    return 0;
+}
+
+static int visit_none(const rt_task_info *info, void *arg)
+{
+    (void)info;
+    (void)arg;
+    return 0;
+}
+
+bool diagnostics_built_in(rt_runtime *rt)
+{
+    return rt_runtime_tasks(rt, visit_none, NULL) != -ENOSYS;
+}
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool wait_task_waiting(rt_runtime *rt, uint64_t id)
+{
+    int64_t deadline = monotonic_ns() + WAIT_DEADLINE_NS;
+    for (;;) {
+        struct waiting_look look = {id, false};
+        int n = rt_runtime_tasks(rt, look_for_waiting, &look);
+        if (n == -ENOSYS)
+            return false;
+        cr_assert_geq(n, 0, "rt_runtime_tasks: %s", rt_strerror(n));
+        if (look.waiting)
+            return true;
+        cr_assert_lt(monotonic_ns(), deadline, "task %llu never waited", (unsigned long long)id);
+        sched_yield();
+    }
 }
 
 int block_on_status_at(const char *site, rt_runtime *rt, rt_poll_fn poll, rt_drop_fn drop,

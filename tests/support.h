@@ -297,6 +297,15 @@ bool wait_all_workers_parked(rt_runtime *rt);
  * handle is then released), else the wait's own error (the handle kept). */
 int task_wait_status(rt_task *task, int64_t timeout_ns, void **value);
 
+/* Waits (on the task's own state, looked at through rt_runtime_tasks) until
+ * the task with this id is WAITING: its poll returned and it waits to be
+ * woken. Fails the test after WAIT_DEADLINE_NS. Returns false, at once,
+ * in a build without diagnostics (rt_runtime_tasks is -ENOSYS there). */
+bool wait_task_waiting(rt_runtime *rt, uint64_t id);
+
+/* Whether the library was built with its diagnostics (-Ddiagnostics). */
+bool diagnostics_built_in(rt_runtime *rt);
+
 /* rt_block_on's outcome as one number in the same way: the future's status
  * once it ran, else rt_block_on's own error. A macro, so that the spawn
  * site recorded is the caller's. */
