@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 TestSuite(fiber_dump, .timeout = 120, .fini = fail_on_leaks);
 
@@ -269,4 +270,68 @@ Test(fiber_dump, the_metrics_keep_the_deepest_stack_a_finished_fiber_used)
     cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
     cr_assert_eq(m.fiber_stack_deepest, deep);
     finish_runtime(rt, 0);
+}
+
+/* ---- the stall watchdog ------------------------------------------------------ */
+
+struct stall_watch {
+    struct event stalled;
+    atomic_uint_fast64_t fiber_id; /* the fiber expected in the report */
+    atomic_int reports;            /* stall reports naming it */
+    atomic_bool spawn_site_named;
+    int wake_fd; /* a report writes here, which ends the stall */
+};
+
+static void on_stall(const rt_report *rep, void *arg)
+{
+    struct stall_watch *w = arg;
+    if (rep->kind != RT_REPORT_STALL || rep->task_id != atomic_load(&w->fiber_id))
+        return;
+    if (atomic_fetch_add(&w->reports, 1) == 0) {
+        atomic_store(&w->spawn_site_named,
+                     rep->spawned_at != NULL &&
+                         strstr(rep->spawned_at, "test_fiber_dump.c") != NULL);
+        char c = 1;
+        cr_assert_eq(write(w->wake_fd, &c, 1), 1);
+        event_signal(&w->stalled);
+    }
+}
+
+/* Awaits once, then holds its worker in a blocking read, never awaiting
+ * again until the watchdog's report writes the byte it waits for. */
+static void *never_awaits_again(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    cr_assert_eq(rt_fiber_yield(), 0);
+    char c;
+    cr_assert_eq(read(fd, &c, 1), 1);
+    return NULL;
+}
+
+Test(fiber_dump, a_fiber_that_never_awaits_again_is_reported_as_a_stall)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    struct stall_watch w = {.stalled = EVENT_INIT, .wake_fd = fds[1]};
+    rt_config cfg;
+    rt_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.stall_ns = 20 * 1000000;
+    cfg.report = on_stall;
+    cfg.report_arg = &w;
+    rt_runtime *rt = new_runtime_config(&cfg);
+    /* A report that comes before the id is stored is not counted, and the
+     * fiber goes on stalling: the watchdog reports it again. */
+    rt_task *t;
+    cr_assert_eq(rt_fiber_spawn(rt, never_awaits_again, (void *)(intptr_t)fds[0], &t), 0);
+    atomic_store(&w.fiber_id, rt_task_id(t));
+    cr_assert(event_wait_for_s(&w.stalled, 1, EVENT_DEADLINE_S));
+    cr_assert_eq(task_wait_status(t, WAIT_DEADLINE_NS, NULL), 0);
+    cr_assert(atomic_load(&w.spawn_site_named));
+    rt_metrics m;
+    cr_assert_eq(rt_metrics_read(rt, &m, sizeof m), 0);
+    cr_assert_geq(m.stalls, 1);
+    finish_runtime(rt, 0);
+    close(fds[0]);
+    close(fds[1]);
 }

@@ -104,7 +104,8 @@ int rt_oneshot_recv_init(rt_oneshot_recv *op, rt_oneshot *o);
 int rt_oneshot_try_recv(rt_oneshot *o, void **value);
 
 /* Blocks the calling thread until a value or -EPIPE comes, or timeout_ns
- * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread),
+ * passes (< 0: no limit; -ETIMEDOUT). Also -EDEADLK (a worker thread, a
+ * fiber too: await rt_oneshot_recv_init's operation there),
  * -EALREADY, -EBUSY (another receive waits), -ENOMEM, -EINVAL (o NULL).
  * value may be NULL, as for rt_oneshot_try_recv. */
 int rt_oneshot_recv_wait(rt_oneshot *o, int64_t timeout_ns, void **value);
@@ -231,7 +232,8 @@ int rt_chan_recv_into_init(rt_chan_recv *op, rt_chan *ch, void *dst);
 
 /* Blocks the calling thread to receive (it holds a receiver reference).
  * Errors: -EPIPE, -ETIMEDOUT (timeout_ns passed; < 0: no limit), -EDEADLK (a
- * worker thread), -ENOMEM, -EINVAL (ch NULL, or not a channel of `void *`).
+ * worker thread, a fiber too: rt_chan_recv_await there), -ENOMEM, -EINVAL (ch
+ * NULL, or not a channel of `void *`).
  * value may be NULL, as for rt_chan_try_recv. */
 int rt_chan_recv_wait(rt_chan *ch, int64_t timeout_ns, void **value);
 
@@ -266,7 +268,8 @@ int rt_chan_send_init(rt_chan_send *op, rt_chan *ch, void *value);
 int rt_chan_send_copy_init(rt_chan_send *op, rt_chan *ch, const void *src);
 
 /* Blocks the calling thread until the value is buffered. Errors: -EPIPE,
- * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread), -ENOMEM,
+ * -ETIMEDOUT (the value was not sent), -EDEADLK (a worker thread, a fiber
+ * too: rt_chan_send_await there), -ENOMEM,
  * -EINVAL (ch NULL, or not a channel of `void *`). */
 int rt_chan_send_wait(rt_chan *ch, void *value, int64_t timeout_ns);
 

@@ -56,11 +56,20 @@
  * function here returns -errno values, so no fiber needs errno. Spawn with
  * rt_fiber_options.worker to keep a fiber on one worker.
  *
- * What blocks a thread. rt_task_wait, rt_block_on and every _wait function
- * fail with -EDEADLK inside a fiber, as on any worker: await the operation
- * instead (a join for rt_task_wait, the operation behind the _wait form).
- * A plain blocking function (a library call that sleeps) runs on the
- * blocking pool with rt_fiber_run_blocking.
+ * What blocks a thread. rt_task_wait, rt_block_on, rt_fiber_block_on and
+ * every _wait function fail with -EDEADLK inside a fiber, as on any worker
+ * (each says so in its header): await the operation instead (an
+ * rt_task_join for rt_task_wait, the operation behind the _wait form, or
+ * its _await helper below). A plain blocking function (a library call that
+ * sleeps, a slow computation) runs on the blocking pool with
+ * rt_fiber_run_blocking; rt_fiber_yield lets other tasks run in a long
+ * loop; fiber-local storage replaces thread-locals.
+ *
+ * Where a fiber starts. rt_fiber_spawn from any thread or task (a join
+ * handle, or detached); rt_fiber_options.group spawns it into a group
+ * (group.h), whose next, join, close and cancel treat it as any child;
+ * rt_fiber_block_on runs one from a plain thread (a program's main) and
+ * waits for it.
  *
  * Cancellation. rt_task_cancel, a group's cancel and rt_runtime_shutdown
  * cancel a fiber the same way: the fiber is resumed (on the thread that
@@ -106,8 +115,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "bufio.h"
 #include "channel.h"
 #include "future.h"
+#include "group.h"
 #include "io.h"
 #include "sync.h"
 #include "task.h"
@@ -135,16 +146,23 @@ typedef struct rt_fiber_options {
      * side); on the worker that found it out, or shutdown's caller. NULL:
      * nothing is called. */
     void (*release)(void *arg);
+    /* NULL, or a group (group.h) to spawn the fiber into, as rt_group_spawn
+     * does: the group holds its handle (pass handle NULL) and its result
+     * comes out of rt_group_next; a group cancel cancels it. It runs on the
+     * group's runtime (pass rt NULL or that runtime). */
+    rt_group *group;
 } rt_fiber_options;
 
-/* The defaults: no name, any worker, the runtime's stack size. */
+/* The defaults: no name, any worker, the runtime's stack size, no release
+ * function, no group. */
 void rt_fiber_options_init(rt_fiber_options *opts);
 
 /* Spawns a fiber running fn(arg) on runtime rt (NULL: the current one,
  * valid only inside a task; in a fiber, the fiber's own), with the options (NULL: the defaults).
  * handle as for rt_spawn (task.h): a join handle the caller owns, or NULL for a detached fiber. arg
  * is the caller's business: the fiber always runs (see "Cancellation" above), so it may own arg and
- * release it. Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN); the stack is mapped when
+ * release it. Errors: those of rt_spawn_ex (-EINVAL, -ENOMEM, -ESHUTDOWN), -EINVAL for a group
+ * with a handle or another runtime, -EPIPE (the group is closing); the stack is mapped when
  * the fiber first runs, and a fiber whose stack cannot be mapped finishes at once with status
  * -ENOMEM without running (arg then goes to opts->release, if given). Any thread. */
 #define rt_fiber_spawn(rt, fn, arg, handle)                                                        \
@@ -153,6 +171,22 @@ void rt_fiber_options_init(rt_fiber_options *opts);
     rt_fiber_spawn_with_site(RT__HERE, (rt), (opts), (fn), (arg), (handle))
 int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt, const rt_fiber_options *opts,
                              rt_fiber_fn fn, void *arg, rt_task **handle);
+
+/* Runs fn(arg) as a fiber on rt and blocks the calling thread until it
+ * returns: what rt_block_on (runtime.h) is for a future, for a fiber, so
+ * that a program's main can be sequential code from the first line.
+ * Returns 0 once the fiber ran: *value (may be NULL) holds what it
+ * returned and *status (may be NULL) its status (0, what it set with
+ * rt_fiber_set_status, -ECANCELED when shutdown cancelled it, or -ENOMEM
+ * when its stack could not be mapped and it never ran). Errors, and then
+ * no fiber was spawned: -EINVAL (rt or fn NULL, opts with a group),
+ * -ENOMEM, -ESHUTDOWN, -EDEADLK (called from a worker thread or a fiber,
+ * where blocking could deadlock the runtime, or from a drop function run
+ * by rt_runtime_shutdown). Any thread that is not a worker. */
+#define rt_fiber_block_on(rt, opts, fn, arg, value, status)                                        \
+    rt_fiber_block_on_with_site(RT__HERE, (rt), (opts), (fn), (arg), (value), (status))
+int rt_fiber_block_on_with_site(const char *site, rt_runtime *rt, const rt_fiber_options *opts,
+                                rt_fiber_fn fn, void *arg, void **value, int *status);
 
 /* ---- Fiber-local storage -----------------------------------------------------
  *
@@ -283,18 +317,45 @@ int64_t rt_io_read_await_with_site(const char *file, int line, const char *funct
 int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function, rt_io *io,
                                         const void *buf, size_t len);
 
-/* Accepts a connection on listener into *conn (rt_tcp_accept_init). */
+/* Accepts a connection on listener into *conn (rt_tcp_accept_init): 0, or
+ * the accept's error (*conn NULL). The caller owns the connection (closed
+ * at once when conn is NULL). */
 #define rt_tcp_accept_await(listener, conn)                                                        \
     rt_tcp_accept_await_with_site(RT__AWAIT_HERE, (listener), (conn))
 int rt_tcp_accept_await_with_site(const char *file, int line, const char *function, rt_io *listener,
                                   rt_io **conn);
 
 /* Connects to addr into *conn (rt_tcp_connect_init, on the fiber's own
- * runtime). */
+ * runtime): 0, or the connect's error (*conn NULL). The caller owns the
+ * connection (closed at once when conn is NULL). */
 #define rt_tcp_connect_await(addr, addr_len, conn)                                                 \
     rt_tcp_connect_await_with_site(RT__AWAIT_HERE, (addr), (addr_len), (conn))
 int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
                                    const struct sockaddr *addr, socklen_t addr_len, rt_io **conn);
+
+/* Reads one line from r (rt_read_line_init): the bytes taken, the line
+ * ending included, 0 at the end of the stream, or an error (-EMSGSIZE: a
+ * line longer than the reader's buffer). *text (may be NULL) points to the
+ * line in the reader's buffer, valid until the next operation on r, and
+ * *len (may be NULL) is its length without "\n" or "\r\n"; both are
+ * NULL and 0 unless the result is > 0. */
+#define rt_read_line_await(r, text, len)                                                           \
+    rt_read_line_await_with_site(RT__AWAIT_HERE, (r), (text), (len))
+int64_t rt_read_line_await_with_site(const char *file, int line, const char *function, rt_reader *r,
+                                     char **text, size_t *len);
+
+/* Writes len bytes through w's buffer (rt_writer_write_init): len, or an
+ * error. They reach the descriptor at a flush, or when the buffer fills. */
+#define rt_writer_write_await(w, buf, len)                                                         \
+    rt_writer_write_await_with_site(RT__AWAIT_HERE, (w), (buf), (len))
+int64_t rt_writer_write_await_with_site(const char *file, int line, const char *function,
+                                        rt_writer *w, const void *buf, size_t len);
+
+/* Sends everything w buffered (rt_writer_flush_init): the bytes sent (0:
+ * none were buffered), or an error (what was not sent stays buffered). */
+#define rt_writer_flush_await(w) rt_writer_flush_await_with_site(RT__AWAIT_HERE, (w))
+int64_t rt_writer_flush_await_with_site(const char *file, int line, const char *function,
+                                        rt_writer *w);
 
 #ifdef __cplusplus
 }

@@ -209,9 +209,11 @@ unsigned rt_runtime_workers(const rt_runtime *rt);
  * `state` is unchanged (the memory for the wait is allocated before the
  * future is spawned): -EINVAL (rt or poll NULL, state NULL with size > 0),
  * -ENOMEM, -ESHUTDOWN (runtime shut down), -EDEADLK (called from a worker
- * thread of any asyncrt runtime, where blocking could deadlock it, or from
- * a drop function run by rt_runtime_shutdown).
- * Any thread that is not a worker. */
+ * thread of any asyncrt runtime, where blocking could deadlock it, a fiber
+ * included, which spawns the future and awaits an rt_task_join instead, or
+ * from a drop function run by rt_runtime_shutdown).
+ * Any thread that is not a worker. rt_fiber_block_on (fiber.h) runs a
+ * fiber the same way. */
 #define rt_block_on(rt, poll, drop, state, size, value, status)                                    \
     rt_block_on_with_site(__FILE__ ":" RT__BLOCK_ON_STR(__LINE__), (rt), (poll), (drop), (state),  \
                           (size), (value), (status))

@@ -22,7 +22,8 @@
  * Threads: every function may be called from any thread, tasks and foreign
  * threads alike; one operation is polled by one task (or thread) at a time.
  * The *_wait functions block the calling thread and fail with -EDEADLK on a
- * worker thread.
+ * worker thread, in a fiber too (a fiber awaits the operation instead, with
+ * rt_fiber_await or rt_mutex_lock_await: fiber.h).
  *
  * Abort safety: dropping an operation that is still waiting removes it from
  * the queue, leaving no dangling waker; dropping one that was granted
@@ -113,7 +114,8 @@ int rt_semaphore_acquire_init(rt_semaphore_acquire *op, rt_semaphore *sem, size_
 
 /* Blocks the calling (foreign) thread until n permits are its own or
  * timeout_ns passes (< 0: no limit). Errors: -ETIMEDOUT (no permit taken),
- * -EDEADLK (a worker thread), -EINVAL (sem NULL, n out of range), -ENOMEM. */
+ * -EDEADLK (a worker thread or a fiber: await rt_semaphore_acquire_init's
+ * operation there), -EINVAL (sem NULL, n out of range), -ENOMEM. */
 int rt_semaphore_acquire_wait(rt_semaphore *sem, size_t n, int64_t timeout_ns);
 
 /* ---- Mutex -----------------------------------------------------------------*/
@@ -161,8 +163,8 @@ typedef struct rt_mutex_lock {
 int rt_mutex_lock_init(rt_mutex_lock *op, rt_mutex *m);
 
 /* Blocks the calling (foreign) thread until it holds the lock or timeout_ns
- * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread),
- * -EINVAL (m NULL), -ENOMEM. */
+ * passes (< 0: no limit). Errors: -ETIMEDOUT, -EDEADLK (a worker thread or
+ * a fiber: rt_mutex_lock_await there), -EINVAL (m NULL), -ENOMEM. */
 int rt_mutex_lock_wait(rt_mutex *m, int64_t timeout_ns);
 
 /* ---- Notify ----------------------------------------------------------------*/

@@ -111,7 +111,8 @@ int rt_task_join_init(rt_task_join *op, rt_task *task);
  * run by then. value and status may be NULL.
  * Every other return is the wait's own error, and the handle stays valid and
  * owned by the caller: -ETIMEDOUT (the time passed), -EDEADLK (called from a
- * worker thread of any asyncrt runtime, even for a finished task, or from a
+ * worker thread of any asyncrt runtime, even for a finished task, a fiber
+ * included, which awaits an rt_task_join instead, or from a
  * drop function run by rt_runtime_shutdown), -ENOMEM (no memory for the
  * wait), -EINVAL (task NULL); *value and *status are left as they were.
  * Any thread that is not an asyncrt worker. */

@@ -34,7 +34,10 @@
 #include "atomic.h"
 #include "clock.h"
 #include "current.h"
+#include "task_internal.h"
 #include "diagnostics.h"
+#include "fiber_await.h"
+#include "group_spawn.h"
 #include "park.h"
 #include "runtime_services.h"
 #include "spawning.h"
@@ -88,7 +91,7 @@ _Static_assert(sizeof(fiber_task) + sizeof(struct rt_task) <= RT__TASK_SMALL_BLO
 
 /* The fiber's control block: at the top of its own stack, so that a fiber
  * costs no allocation beyond its task and a pooled stack. */
-typedef struct rt__fiber {
+struct rt__fiber {
     const fiber_task *task; /* what it runs, on which runtime */
     void *result;
     rt__stack stack; /* the stack this block sits at the top of */
@@ -126,7 +129,7 @@ typedef struct rt__fiber {
     void *tsan_fiber;  /* ThreadSanitizer's fiber for this one */
     void *tsan_poller; /* the one that switched it in */
 #endif
-} rt__fiber;
+};
 
 /* The fiber the calling thread runs, set by the poll around its switch in.
  * Read only through current_fiber(), at the entry of each public function,
@@ -598,6 +601,14 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
 {
     if (handle != NULL)
         *handle = NULL;
+    rt_group *group = opts != NULL ? opts->group : NULL;
+    if (group != NULL) {
+        /* The group holds the child's handle and reports its result. */
+        rt_runtime *group_rt = rt__group_runtime(group);
+        if (handle != NULL || (rt != NULL && rt != group_rt))
+            return -EINVAL;
+        rt = group_rt;
+    }
     if (rt == NULL) {
         /* In a fiber, its own runtime: also where its cleanup runs on
          * shutdown's thread, which is no worker (the spawn then fails with
@@ -631,8 +642,31 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
                      .stack_pages =
                          (uint32_t)((stack_size + rt__page_size() - 1) / rt__page_size()),
                      .migrate = rt__runtime_fiber_migrate(rt)};
+    if (group != NULL)
+        return rt__group_spawn_as(site, group, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, id);
     return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
                      NULL);
+}
+
+RT_EXPORT int rt_fiber_block_on_with_site(const char *site, rt_runtime *rt,
+                                          const rt_fiber_options *opts, rt_fiber_fn fn, void *arg,
+                                          void **value, int *status)
+{
+    if (rt == NULL || fn == NULL || (opts != NULL && opts->group != NULL))
+        return -EINVAL;
+    if (rt__worker_current() != NULL || rt__thread_in_shutdown())
+        return -EDEADLK;
+    /* The waker first: once the fiber is spawned it runs, so nothing after
+     * the spawn may fail. */
+    rt__thread_waker *tw = rt__thread_waker_new();
+    if (tw == NULL)
+        return -ENOMEM;
+    rt_task *handle;
+    int err = rt_fiber_spawn_with_site(site, rt, opts, fn, arg, &handle);
+    if (err == 0)
+        err = rt__task_wait_with(handle, tw, -1, value, status, NULL, 0);
+    rt__thread_waker_release(tw);
+    return err;
 }
 
 /* ---- Awaiting --------------------------------------------------------------*/
@@ -737,6 +771,25 @@ static int64_t await_in(rt__fiber *f, rt_future *op)
     if (f != NULL)                                                                                 \
     note_await(f, file, line, function, (op), __builtin_frame_address(0))
 
+rt__fiber *rt__fiber_begin_await(const char *file, int line, const char *function, rt_future *op,
+                                 const void *frame)
+{
+    rt__fiber *f = current_fiber();
+    if (f != NULL)
+        note_await(f, file, line, function, op, frame);
+    return f;
+}
+
+int64_t rt__fiber_await(rt__fiber *f, rt_future *op)
+{
+    return await_in(f, op);
+}
+
+rt_runtime *rt__fiber_runtime(const rt__fiber *f)
+{
+    return f->task->rt;
+}
+
 RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const char *function,
                                            rt_future *op)
 {
@@ -822,110 +875,4 @@ RT_EXPORT int rt_fiber_run_blocking_with_site(const char *file, int line, const 
     if (r == 0 && result != NULL)
         *result = join.value;
     return (int)r;
-}
-
-/* ---- Helpers ---------------------------------------------------------------*/
-
-RT_EXPORT int rt_sleep_await_with_site(const char *file, int line, const char *function,
-                                       int64_t duration_ns)
-{
-    rt_sleep op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_sleep_init(&op, f->task->rt, duration_ns);
-    return (int)await_in(f, &op.future);
-}
-
-RT_EXPORT int rt_chan_send_await_with_site(const char *file, int line, const char *function,
-                                           rt_chan *ch, void *value)
-{
-    rt_chan_send op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_chan_send_init(&op, ch, value);
-    return (int)await_in(f, &op.future);
-}
-
-RT_EXPORT int rt_chan_recv_await_with_site(const char *file, int line, const char *function,
-                                           rt_chan *ch, void **value)
-{
-    if (value != NULL)
-        *value = NULL;
-    rt_chan_recv op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_chan_recv_init(&op, ch);
-    int err = (int)await_in(f, &op.future);
-    if (err == 0 && value != NULL)
-        *value = op.value;
-    return err;
-}
-
-RT_EXPORT int rt_mutex_lock_await_with_site(const char *file, int line, const char *function,
-                                            rt_mutex *m)
-{
-    rt_mutex_lock op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_mutex_lock_init(&op, m);
-    return (int)await_in(f, &op.future);
-}
-
-RT_EXPORT int64_t rt_io_read_await_with_site(const char *file, int line, const char *function,
-                                             rt_io *io, void *buf, size_t len)
-{
-    rt_io_read op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_io_read_init(&op, io, buf, len);
-    return await_in(f, &op.future);
-}
-
-RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function,
-                                                  rt_io *io, const void *buf, size_t len)
-{
-    rt_io_write_all op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_io_write_all_init(&op, io, buf, len);
-    return await_in(f, &op.future);
-}
-
-RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const char *function,
-                                            rt_io *listener, rt_io **conn)
-{
-    if (conn != NULL)
-        *conn = NULL;
-    rt_tcp_accept op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_tcp_accept_init(&op, listener);
-    int err = (int)await_in(f, &op.future);
-    if (err >= 0 && conn != NULL)
-        *conn = op.conn;
-    return err < 0 ? err : 0;
-}
-
-RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
-                                             const struct sockaddr *addr, socklen_t addr_len,
-                                             rt_io **conn)
-{
-    if (conn != NULL)
-        *conn = NULL;
-    rt_tcp_connect op;
-    AWAIT_BEGIN(f, &op.future);
-    if (f == NULL)
-        return -EPERM;
-    rt_tcp_connect_init(&op, f->task->rt, addr, addr_len);
-    int err = (int)await_in(f, &op.future);
-    if (err >= 0 && conn != NULL)
-        *conn = op.conn;
-    return err < 0 ? err : 0;
 }

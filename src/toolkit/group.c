@@ -31,6 +31,7 @@
 
 #include "operation.h"
 #include "fault.h"
+#include "group_spawn.h"
 #include "atomic.h"
 #include "common.h"
 #include "budget.h"
@@ -218,14 +219,30 @@ RT_EXPORT int rt_group_spawn_with_site(const char *site, rt_group *g, const rt_s
         *id = 0;
     if (g == NULL || poll == NULL || (state == NULL && size > 0))
         return -EINVAL;
+    /* The id is chosen here: once spawned, the child may finish and its
+     * record be collected before rt__spawn returns. */
+    uint64_t child_id = rt__task_new_id();
+    int err = rt__group_spawn_as(site, g, opts, poll, drop, state, size, child_id);
+    if (err == 0 && id != NULL)
+        *id = child_id;
+    return err;
+}
+
+rt_runtime *rt__group_runtime(const rt_group *g)
+{
+    return g->rt;
+}
+
+int rt__group_spawn_as(const char *site, rt_group *g, const rt_spawn_options *opts, rt_poll_fn poll,
+                       rt_drop_fn drop, const void *state, size_t size, uint64_t child_id)
+{
+    if (g == NULL || poll == NULL || (state == NULL && size > 0))
+        return -EINVAL;
     struct child_record *rec = rt__calloc(1, sizeof(*rec));
     if (rec == NULL)
         return -ENOMEM;
     rec->group = g;
     rec->refs = 2;
-    /* The id is chosen here: once spawned, the child may finish and its
-     * record be collected before rt__spawn returns. */
-    uint64_t child_id = rt__task_new_id();
     rec->id = child_id;
     /* The record is listed, and the group referenced twice (for the child,
      * until it reports, and for this spawn, until it has installed the
@@ -282,8 +299,6 @@ RT_EXPORT int rt_group_spawn_with_site(const char *site, rt_group *g, const rt_s
         free(rec);
     if (last)
         group_destroy(g);
-    if (id != NULL)
-        *id = child_id;
     return 0;
 }
 

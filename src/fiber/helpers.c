@@ -1,0 +1,180 @@
+/* The blocking-style helpers of fibers (include/asyncrt/fiber.h): each is
+ * its operation's init and the one await, with the operation in the
+ * helper's frame on the fiber's stack, which never moves. An init that
+ * fails returns its error before anything is awaited. */
+#include <errno.h>
+#include <stddef.h>
+
+#include <asyncrt/fiber.h>
+#include <asyncrt/net.h>
+#include <asyncrt/timer.h>
+
+#include "common.h"
+#include "fiber_await.h"
+
+/* The start of each helper: the calling fiber, with the await site noted
+ * (NULL outside a fiber). */
+#define BEGIN(op) rt__fiber_begin_await(file, line, function, (op), __builtin_frame_address(0))
+
+RT_EXPORT int rt_sleep_await_with_site(const char *file, int line, const char *function,
+                                       int64_t duration_ns)
+{
+    rt_sleep op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_sleep_init(&op, rt__fiber_runtime(f), duration_ns);
+    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int rt_chan_send_await_with_site(const char *file, int line, const char *function,
+                                           rt_chan *ch, void *value)
+{
+    rt_chan_send op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_chan_send_init(&op, ch, value);
+    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int rt_chan_recv_await_with_site(const char *file, int line, const char *function,
+                                           rt_chan *ch, void **value)
+{
+    if (value != NULL)
+        *value = NULL;
+    rt_chan_recv op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_chan_recv_init(&op, ch);
+    if (err == 0)
+        err = (int)rt__fiber_await(f, &op.future);
+    if (err == 0 && value != NULL)
+        *value = op.value;
+    return err;
+}
+
+RT_EXPORT int rt_mutex_lock_await_with_site(const char *file, int line, const char *function,
+                                            rt_mutex *m)
+{
+    rt_mutex_lock op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_mutex_lock_init(&op, m);
+    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int64_t rt_io_read_await_with_site(const char *file, int line, const char *function,
+                                             rt_io *io, void *buf, size_t len)
+{
+    rt_io_read op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_io_read_init(&op, io, buf, len);
+    return err < 0 ? err : rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function,
+                                                  rt_io *io, const void *buf, size_t len)
+{
+    rt_io_write_all op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_io_write_all_init(&op, io, buf, len);
+    return err < 0 ? err : rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const char *function,
+                                            rt_io *listener, rt_io **conn)
+{
+    if (conn != NULL)
+        *conn = NULL;
+    rt_tcp_accept op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_tcp_accept_init(&op, listener);
+    if (err < 0)
+        return err;
+    int64_t r = rt__fiber_await(f, &op.future);
+    if (r < 0)
+        return (int)r;
+    if (conn != NULL)
+        *conn = op.conn;
+    else
+        rt_io_close(op.conn); /* nobody would own it */
+    return 0;
+}
+
+RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
+                                             const struct sockaddr *addr, socklen_t addr_len,
+                                             rt_io **conn)
+{
+    if (conn != NULL)
+        *conn = NULL;
+    rt_tcp_connect op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_tcp_connect_init(&op, rt__fiber_runtime(f), addr, addr_len);
+    if (err < 0)
+        return err;
+    int64_t r = rt__fiber_await(f, &op.future);
+    if (r < 0)
+        return (int)r;
+    if (conn != NULL)
+        *conn = op.conn;
+    else
+        rt_io_close(op.conn);
+    return 0;
+}
+
+RT_EXPORT int64_t rt_read_line_await_with_site(const char *file, int line, const char *function,
+                                               rt_reader *r, char **text, size_t *len)
+{
+    if (text != NULL)
+        *text = NULL;
+    if (len != NULL)
+        *len = 0;
+    rt_read_until op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_read_line_init(&op, r);
+    if (err < 0)
+        return err;
+    int64_t n = rt__fiber_await(f, &op.future);
+    if (n > 0) {
+        if (text != NULL)
+            *text = op.data;
+        if (len != NULL)
+            *len = op.len;
+    }
+    return n;
+}
+
+RT_EXPORT int64_t rt_writer_write_await_with_site(const char *file, int line, const char *function,
+                                                  rt_writer *w, const void *buf, size_t len)
+{
+    rt_writer_write op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_writer_write_init(&op, w, buf, len);
+    return err < 0 ? err : rt__fiber_await(f, &op.future);
+}
+
+RT_EXPORT int64_t rt_writer_flush_await_with_site(const char *file, int line, const char *function,
+                                                  rt_writer *w)
+{
+    rt_writer_flush op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_writer_flush_init(&op, w);
+    return err < 0 ? err : rt__fiber_await(f, &op.future);
+}
