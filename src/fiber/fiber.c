@@ -36,7 +36,7 @@
 #include "current.h"
 #include "task_internal.h"
 #include "diagnostics.h"
-#include "fiber_await.h"
+#include "fiber_internal.h"
 #include "group_spawn.h"
 #include "park.h"
 #include "runtime_services.h"
@@ -44,101 +44,14 @@
 #include "stack.h"
 #include "switch.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define RT__FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RT__FIBER_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define RT__FIBER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RT__FIBER_TSAN 1
-#endif
-#endif
-#ifdef RT__FIBER_ASAN
-#include <sanitizer/common_interface_defs.h>
-#endif
-#ifdef RT__FIBER_TSAN
-#include <sanitizer/tsan_interface.h>
-/* The switching functions run uninstrumented: between the switch of
- * ThreadSanitizer's fiber and the switch of the stack, an instrumented
- * function's exit would pop the wrong shadow stack. */
-#define RT__NO_TSAN __attribute__((no_sanitize("thread"), noinline))
-#else
-#define RT__NO_TSAN __attribute__((noinline))
-#endif
-
-/* The task's state: what the fiber is, and its control block once it
- * runs. Small enough for the scheduler's cached task blocks; it never
- * moves, so the control block points back at it. */
-typedef struct fiber_task {
-    rt_fiber_fn fn;
-    void *arg;
-    rt_runtime *rt;
-    const char *site;           /* the spawn site, for the overflow report */
-    uint64_t task_id;           /* for the overflow report */
-    void (*release)(void *arg); /* rt_fiber_options.release */
-    struct rt__fiber *f;        /* NULL until the first run, and again once released */
-    uint32_t stack_pages;       /* the stack's usable size, in pages */
-    bool finished;              /* the function returned and the stack went back */
-    bool migrate;               /* rt_config.fiber_migrate: move at every await */
-} fiber_task;
-_Static_assert(sizeof(fiber_task) + sizeof(struct rt_task) <= RT__TASK_SMALL_BLOCK,
-               "a fiber's task fits a cached task block");
-
-/* The fiber's control block: at the top of its own stack, so that a fiber
- * costs no allocation beyond its task and a pooled stack. */
-struct rt__fiber {
-    const fiber_task *task; /* what it runs, on which runtime */
-    void *result;
-    rt__stack stack; /* the stack this block sits at the top of */
-    void *sp;        /* the fiber's stack pointer while it is switched out */
-    void *poller_sp; /* the stack pointer of the poll that switched it in */
-    rt_context *cx;  /* that poll's context; NULL in the drop */
-    int status;      /* rt_fiber_set_status */
-    bool finished;   /* fn returned */
-    bool cancelled;  /* resumed by the drop: awaits fail */
-    bool shielded;   /* rt_fiber_shield until shield_deadline (-1: no end) */
-    int64_t shield_deadline;
-    /* The operation awaited now uses the fiber's stack until it ends (the
-     * job of rt_fiber_run_blocking): after a cancel it is waited for, with
-     * no deadline but shutdown's, and a fiber whose wait ends before it
-     * does is abandoned, so that its stack stays mapped. */
-    bool keep_stack;
-    /* For a task dump (fiber_describe), which reads them while it holds the
-     * task, the fiber switched out: where the fiber waits, written at each
-     * await before it may switch out. */
-    const char *await_file;
-    const char *await_function;
-    int await_line;
-    rt_future *awaiting;     /* the operation awaited; NULL in a yield */
-    const void *await_frame; /* the frame of the await call, where the walk up starts */
-    const void *root_frame;  /* fiber_main's, where it ends */
-    uintptr_t lowest_sp;     /* the deepest stack pointer of a switch out */
-    void **locals;           /* fiber-local values by key index, or NULL */
-    unsigned locals_len;     /* entries of `locals` */
-#ifdef RT__FIBER_ASAN
-    void *asan_fake;        /* the fiber's fake stack while switched out */
-    const void *poller_low; /* the stack it came from */
-    size_t poller_size;
-#endif
-#ifdef RT__FIBER_TSAN
-    void *tsan_fiber;  /* ThreadSanitizer's fiber for this one */
-    void *tsan_poller; /* the one that switched it in */
-#endif
-};
-
 /* The fiber the calling thread runs, set by the poll around its switch in.
- * Read only through current_fiber(), at the entry of each public function,
+ * Read only through rt__fiber_current(), at the entry of each public function,
  * never after a switch in the same function: the thread may have changed
  * and the compiler may have kept the old thread's address of the
  * variable. */
-static __thread rt__fiber *tls_fiber;
+static __thread rt__fiber *tls_fiber __attribute__((tls_model("initial-exec")));
 
-__attribute__((noinline)) static rt__fiber *current_fiber(void)
+__attribute__((noinline)) rt__fiber *rt__fiber_current(void)
 {
     rt__fiber *f = tls_fiber;
     __asm__ volatile("" : "+r"(f));
@@ -148,7 +61,7 @@ __attribute__((noinline)) static rt__fiber *current_fiber(void)
 /* ---- Switching -------------------------------------------------------------*/
 
 /* The poll's side: switches into f and returns when it switches out. */
-RT__NO_TSAN static void switch_in(rt__fiber *f)
+RT__SWITCHING static void switch_in(rt__fiber *f)
 {
     rt__fiber *outer = tls_fiber;
     tls_fiber = f;
@@ -157,7 +70,7 @@ RT__NO_TSAN static void switch_in(rt__fiber *f)
     __sanitizer_start_switch_fiber(&fake, f->stack.low, f->stack.size);
 #endif
 #ifdef RT__FIBER_TSAN
-    f->tsan_poller = __tsan_get_current_fiber();
+    f->tsan_poller = __tsan_get_rt__fiber_current();
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
     rt__fiber_switch(&f->poller_sp, f->sp, f);
@@ -165,28 +78,6 @@ RT__NO_TSAN static void switch_in(rt__fiber *f)
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
     tls_fiber = outer;
-}
-
-/* The fiber's side: switches back to the poll, returns when polled again
- * (on any thread). `last`: it never will be (it returned, or shutdown abandons it). */
-RT__NO_TSAN static void switch_out(rt__fiber *f, bool last)
-{
-    /* How deep the fiber is: about where the switch saves its registers. */
-    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-    if (sp < f->lowest_sp)
-        f->lowest_sp = sp;
-#ifdef RT__FIBER_ASAN
-    __sanitizer_start_switch_fiber(last ? NULL : &f->asan_fake, f->poller_low, f->poller_size);
-#else
-    (void)last;
-#endif
-#ifdef RT__FIBER_TSAN
-    __tsan_switch_to_fiber(f->tsan_poller, 0);
-#endif
-    rt__fiber_switch(&f->sp, f->poller_sp, NULL);
-#ifdef RT__FIBER_ASAN
-    __sanitizer_finish_switch_fiber(f->asan_fake, &f->poller_low, &f->poller_size);
-#endif
 }
 
 /* ---- Fiber-local storage ----------------------------------------------------*/
@@ -243,7 +134,7 @@ static bool key_valid(const rt_fiber_key *key)
 
 RT_EXPORT int rt_fiber_local_set(const rt_fiber_key *key, void *value)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     if (f == NULL)
         return -EPERM;
     if (!key_valid(key))
@@ -257,7 +148,7 @@ RT_EXPORT int rt_fiber_local_set(const rt_fiber_key *key, void *value)
 
 RT_EXPORT void *rt_fiber_local_get(const rt_fiber_key *key)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     if (f == NULL || !key_valid(key))
         return NULL;
     void **slot = local_slot(f, key, false, NULL);
@@ -291,7 +182,7 @@ static void locals_destroy(rt__fiber *f)
     f->locals_len = 0;
 }
 
-_Noreturn RT__NO_TSAN static void fiber_main(void *arg)
+_Noreturn RT__NO_TSAN __attribute__((noinline)) static void fiber_main(void *arg)
 {
     rt__fiber *f = arg;
 #ifdef RT__FIBER_ASAN
@@ -302,7 +193,7 @@ _Noreturn RT__NO_TSAN static void fiber_main(void *arg)
     if (f->locals != NULL)
         locals_destroy(f);
     f->finished = true;
-    switch_out(f, true);
+    rt__fiber_switch_out(f, true);
     assert(!"a finished fiber was resumed");
     __builtin_unreachable();
 }
@@ -331,7 +222,7 @@ static void format_overflow(char *line, size_t size, const rt__fiber *f)
 static struct sigaction previous_segv;
 static pthread_once_t segv_once = PTHREAD_ONCE_INIT;
 static pthread_key_t altstack_key;
-static __thread bool tls_altstack;
+static __thread bool tls_altstack __attribute__((tls_model("initial-exec")));
 
 static void on_segv(int sig, siginfo_t *info, void *uc)
 {
@@ -410,12 +301,51 @@ __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
     abort();
 }
 
+/* Every field of a new control block. One store each: a memset of the
+ * block compiles to `rep stos`, whose start-up cost was most of the cost
+ * of starting a fiber. */
+static inline void control_block_init(rt__fiber *f, const fiber_task *ft, const rt__stack *stack)
+{
+    f->task = ft;
+    f->result = NULL;
+    f->stack = *stack;
+    f->sp = NULL;
+    f->poller_sp = NULL;
+    f->cx = NULL;
+    f->status = 0;
+    f->finished = false;
+    f->cancelled = false;
+    f->shielded = false;
+    f->shield_deadline = 0;
+    f->keep_stack = false;
+    f->await_file = NULL;
+    f->await_function = NULL;
+    f->await_line = 0;
+    f->awaiting = NULL;
+    f->await_frame = NULL;
+    f->root_frame = NULL;
+    f->lowest_sp = (uintptr_t)f;
+    f->locals = NULL;
+    f->locals_len = 0;
+#ifdef RT__FIBER_ASAN
+    f->asan_fake = NULL;
+    f->poller_low = NULL;
+    f->poller_size = 0;
+#endif
+#ifdef RT__FIBER_TSAN
+    f->tsan_fiber = NULL;
+    f->tsan_poller = NULL;
+#endif
+}
+
 /* Maps (or takes from the pool) the fiber's stack, puts the control block
  * at its top and the first context below it. */
 static int fiber_start(fiber_task *ft)
 {
     rt__stack stack;
-    int err = rt__stack_get((size_t)ft->stack_pages * rt__page_size(), &stack);
+    size_t size = ft->stack_pages != 0 ? (size_t)ft->stack_pages * rt__page_size()
+                                       : rt__runtime_fiber_stack_size(ft->rt);
+    int err = rt__stack_get(size, &stack);
     if (err < 0)
         return err;
 #ifdef RT__FIBER_ASAN
@@ -424,10 +354,7 @@ static int fiber_start(fiber_task *ft)
 #endif
     size_t block = (sizeof(rt__fiber) + 63) & ~(size_t)63;
     rt__fiber *f = (rt__fiber *)(void *)(stack.low + stack.size - block);
-    memset(f, 0, sizeof(*f));
-    f->task = ft;
-    f->stack = stack;
-    f->lowest_sp = (uintptr_t)f;
+    control_block_init(f, ft, &stack);
 #ifdef RT__FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -484,7 +411,8 @@ static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
     if (!f->finished)
         return RT_PENDING;
     *out = f->result;
-    rt_task_set_status(cx, f->status);
+    if (f->status != 0)
+        rt_task_set_status(cx, f->status);
     fiber_release(ft);
     return RT_READY;
 }
@@ -581,10 +509,15 @@ static void fiber_describe(const void *state, rt_task_info *info)
 }
 
 static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
+/* Set once the reader is registered, so that spawns after the first skip
+ * pthread_once; relaxed, since pthread_once orders the registration
+ * itself for whoever calls it. */
+static uint32_t describe_registered;
 
 static void register_describe(void)
 {
     rt__diag_task_reader_set(fiber_poll, fiber_describe);
+    rt__store_relaxed_u32(&describe_registered, 1);
 }
 
 RT_EXPORT void rt_fiber_options_init(rt_fiber_options *opts)
@@ -613,38 +546,34 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
         /* In a fiber, its own runtime: also where its cleanup runs on
          * shutdown's thread, which is no worker (the spawn then fails with
          * -ESHUTDOWN, as the header says). */
-        rt__fiber *self = current_fiber();
+        rt__fiber *self = rt__fiber_current();
         rt = self != NULL ? self->task->rt : rt_current_runtime();
     }
     if (rt == NULL || fn == NULL)
         return -EINVAL;
-    rt_spawn_options sopts;
-    rt_spawn_options_init(&sopts);
-    size_t stack_size = rt__runtime_fiber_stack_size(rt);
-    void (*release)(void *) = NULL;
+    fiber_task ft = {
+        .fn = fn, .arg = arg, .rt = rt, .site = site, .migrate = rt__runtime_fiber_migrate(rt)};
+    const rt_spawn_options *sopts = NULL;
+    rt_spawn_options given;
     if (opts != NULL) {
-        sopts.name = opts->name;
-        sopts.worker = opts->worker;
-        if (opts->stack_size != 0)
-            stack_size = opts->stack_size;
-        release = opts->release;
+        rt_spawn_options_init(&given);
+        given.name = opts->name;
+        given.worker = opts->worker;
+        sopts = &given;
+        if (opts->stack_size > ((size_t)1 << 40))
+            return -EINVAL;
+        /* 0: the runtime's size, looked up when the stack is taken. */
+        size_t page = rt__page_size();
+        ft.stack_pages = (uint32_t)((opts->stack_size + page - 1) / page);
+        ft.release = opts->release;
     }
-    if (stack_size > ((size_t)1 << 40))
-        return -EINVAL;
-    pthread_once(&describe_once, register_describe);
+    if (rt__unlikely(!rt__load_relaxed_u32(&describe_registered)))
+        pthread_once(&describe_once, register_describe);
     uint64_t id = rt__task_new_id();
-    fiber_task ft = {.fn = fn,
-                     .arg = arg,
-                     .rt = rt,
-                     .site = site,
-                     .task_id = id,
-                     .release = release,
-                     .stack_pages =
-                         (uint32_t)((stack_size + rt__page_size() - 1) / rt__page_size()),
-                     .migrate = rt__runtime_fiber_migrate(rt)};
+    ft.task_id = id;
     if (group != NULL)
-        return rt__group_spawn_as(site, group, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, id);
-    return rt__spawn(rt, &sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
+        return rt__group_spawn_as(site, group, sopts, fiber_poll, fiber_drop, &ft, sizeof ft, id);
+    return rt__spawn(rt, sopts, fiber_poll, fiber_drop, &ft, sizeof ft, handle, id, site, NULL,
                      NULL);
 }
 
@@ -701,7 +630,7 @@ static int64_t await_shielded(rt__fiber *f, rt_future *op)
         rt_future_drop(op);
         if (f->keep_stack) {
             /* What op started may still use the stack: never free it. */
-            switch_out(f, true);
+            rt__fiber_switch_out(f, true);
             assert(!"an abandoned fiber was resumed");
             __builtin_unreachable();
         }
@@ -715,7 +644,7 @@ static void abandon_if_late(rt__fiber *f)
 {
     int64_t end = rt__runtime_fiber_deadline(f->task->rt);
     if (end >= 0 && rt__now_ns() >= end) {
-        switch_out(f, true);
+        rt__fiber_switch_out(f, true);
         assert(!"an abandoned fiber was resumed");
         __builtin_unreachable();
     }
@@ -730,25 +659,13 @@ static bool shield_holds(rt__fiber *f)
     return f->shielded;
 }
 
-/* Where the fiber is about to wait, for the dump. `frame`: the frame of
- * the public function called at the await site. */
-static inline void note_await(rt__fiber *f, const char *file, int line, const char *function,
-                              rt_future *op, const void *frame)
-{
-    f->await_file = file;
-    f->await_line = line;
-    f->await_function = function;
-    f->awaiting = op;
-    f->await_frame = frame;
-}
-
-static int64_t await_in(rt__fiber *f, rt_future *op)
+int64_t rt__fiber_await_slow(rt__fiber *f, rt_future *op)
 {
     if (rt__unlikely(f->task->migrate) && !f->cancelled) {
         /* To the next worker first: the poll below runs there
          * (rt_config.fiber_migrate). */
         rt__yield_elsewhere(f->cx);
-        switch_out(f, false);
+        rt__fiber_switch_out(f, false);
     }
     for (;;) {
         if (f->cancelled) {
@@ -760,35 +677,16 @@ static int64_t await_in(rt__fiber *f, rt_future *op)
         }
         if (rt__future_poll_inline(op, f->cx) == RT_READY)
             return op->result;
-        switch_out(f, false);
+        rt__fiber_switch_out(f, false);
     }
 }
 
 /* The start of each public await: the fiber, with the site noted (NULL
  * outside a fiber). */
 #define AWAIT_BEGIN(f, op)                                                                         \
-    rt__fiber *f = current_fiber();                                                                \
+    rt__fiber *f = rt__fiber_current();                                                            \
     if (f != NULL)                                                                                 \
-    note_await(f, file, line, function, (op), __builtin_frame_address(0))
-
-rt__fiber *rt__fiber_begin_await(const char *file, int line, const char *function, rt_future *op,
-                                 const void *frame)
-{
-    rt__fiber *f = current_fiber();
-    if (f != NULL)
-        note_await(f, file, line, function, op, frame);
-    return f;
-}
-
-int64_t rt__fiber_await(rt__fiber *f, rt_future *op)
-{
-    return await_in(f, op);
-}
-
-rt_runtime *rt__fiber_runtime(const rt__fiber *f)
-{
-    return f->task->rt;
-}
+    rt__fiber_note_await(f, file, line, function, (op), __builtin_frame_address(0))
 
 RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const char *function,
                                            rt_future *op)
@@ -798,23 +696,23 @@ RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const cha
         return -EPERM;
     if (op == NULL)
         return -EINVAL;
-    return await_in(f, op);
+    return rt__fiber_await_op(f, op);
 }
 
 RT_EXPORT bool rt_in_fiber(void)
 {
-    return current_fiber() != NULL;
+    return rt__fiber_current() != NULL;
 }
 
 RT_EXPORT bool rt_fiber_cancelled(void)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     return f != NULL && f->cancelled;
 }
 
 RT_EXPORT int rt_fiber_set_status(int status)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     if (f == NULL)
         return -EPERM;
     if (status > 0)
@@ -831,13 +729,13 @@ RT_EXPORT int rt_fiber_yield_with_site(const char *file, int line, const char *f
     if (f->cancelled)
         return -ECANCELED;
     rt_waker_wake_by_ref(rt_context_waker(f->cx));
-    switch_out(f, false);
+    rt__fiber_switch_out(f, false);
     return f->cancelled ? -ECANCELED : 0;
 }
 
 RT_EXPORT int rt_fiber_shield(int64_t timeout_ns)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     if (f == NULL)
         return -EPERM;
     if (timeout_ns < 0)
@@ -849,7 +747,7 @@ RT_EXPORT int rt_fiber_shield(int64_t timeout_ns)
 
 RT_EXPORT void rt_fiber_unshield(void)
 {
-    rt__fiber *f = current_fiber();
+    rt__fiber *f = rt__fiber_current();
     if (f != NULL)
         f->shielded = false;
 }
@@ -870,7 +768,7 @@ RT_EXPORT int rt_fiber_run_blocking_with_site(const char *file, int line, const 
     rt_task_join_init(&join, job);
     /* fn may use the fiber's locals through arg: a cancel waits for it. */
     f->keep_stack = true;
-    int64_t r = await_in(f, &join.future);
+    int64_t r = rt__fiber_await_op(f, &join.future);
     f->keep_stack = false;
     if (r == 0 && result != NULL)
         *result = join.value;

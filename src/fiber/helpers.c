@@ -10,11 +10,19 @@
 #include <asyncrt/timer.h>
 
 #include "common.h"
-#include "fiber_await.h"
+#include "fiber_internal.h"
 
 /* The start of each helper: the calling fiber, with the await site noted
  * (NULL outside a fiber). */
-#define BEGIN(op) rt__fiber_begin_await(file, line, function, (op), __builtin_frame_address(0))
+static inline rt__fiber *begin_await(const char *file, int line, const char *function,
+                                     rt_future *op, const void *frame)
+{
+    rt__fiber *f = rt__fiber_current();
+    if (f != NULL)
+        rt__fiber_note_await(f, file, line, function, op, frame);
+    return f;
+}
+#define BEGIN(op) begin_await(file, line, function, (op), __builtin_frame_address(0))
 
 RT_EXPORT int rt_sleep_await_with_site(const char *file, int line, const char *function,
                                        int64_t duration_ns)
@@ -23,8 +31,8 @@ RT_EXPORT int rt_sleep_await_with_site(const char *file, int line, const char *f
     rt__fiber *f = BEGIN(&op.future);
     if (f == NULL)
         return -EPERM;
-    int err = rt_sleep_init(&op, rt__fiber_runtime(f), duration_ns);
-    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+    int err = rt_sleep_init(&op, f->task->rt, duration_ns);
+    return err < 0 ? err : (int)rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int rt_chan_send_await_with_site(const char *file, int line, const char *function,
@@ -35,7 +43,7 @@ RT_EXPORT int rt_chan_send_await_with_site(const char *file, int line, const cha
     if (f == NULL)
         return -EPERM;
     int err = rt_chan_send_init(&op, ch, value);
-    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+    return err < 0 ? err : (int)rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int rt_chan_recv_await_with_site(const char *file, int line, const char *function,
@@ -49,7 +57,7 @@ RT_EXPORT int rt_chan_recv_await_with_site(const char *file, int line, const cha
         return -EPERM;
     int err = rt_chan_recv_init(&op, ch);
     if (err == 0)
-        err = (int)rt__fiber_await(f, &op.future);
+        err = (int)rt__fiber_await_op(f, &op.future);
     if (err == 0 && value != NULL)
         *value = op.value;
     return err;
@@ -63,7 +71,7 @@ RT_EXPORT int rt_mutex_lock_await_with_site(const char *file, int line, const ch
     if (f == NULL)
         return -EPERM;
     int err = rt_mutex_lock_init(&op, m);
-    return err < 0 ? err : (int)rt__fiber_await(f, &op.future);
+    return err < 0 ? err : (int)rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int64_t rt_io_read_await_with_site(const char *file, int line, const char *function,
@@ -74,7 +82,7 @@ RT_EXPORT int64_t rt_io_read_await_with_site(const char *file, int line, const c
     if (f == NULL)
         return -EPERM;
     int err = rt_io_read_init(&op, io, buf, len);
-    return err < 0 ? err : rt__fiber_await(f, &op.future);
+    return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, const char *function,
@@ -85,7 +93,7 @@ RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, co
     if (f == NULL)
         return -EPERM;
     int err = rt_io_write_all_init(&op, io, buf, len);
-    return err < 0 ? err : rt__fiber_await(f, &op.future);
+    return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const char *function,
@@ -100,7 +108,7 @@ RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const ch
     int err = rt_tcp_accept_init(&op, listener);
     if (err < 0)
         return err;
-    int64_t r = rt__fiber_await(f, &op.future);
+    int64_t r = rt__fiber_await_op(f, &op.future);
     if (r < 0)
         return (int)r;
     if (conn != NULL)
@@ -120,10 +128,10 @@ RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const c
     rt__fiber *f = BEGIN(&op.future);
     if (f == NULL)
         return -EPERM;
-    int err = rt_tcp_connect_init(&op, rt__fiber_runtime(f), addr, addr_len);
+    int err = rt_tcp_connect_init(&op, f->task->rt, addr, addr_len);
     if (err < 0)
         return err;
-    int64_t r = rt__fiber_await(f, &op.future);
+    int64_t r = rt__fiber_await_op(f, &op.future);
     if (r < 0)
         return (int)r;
     if (conn != NULL)
@@ -147,7 +155,7 @@ RT_EXPORT int64_t rt_read_line_await_with_site(const char *file, int line, const
     int err = rt_read_line_init(&op, r);
     if (err < 0)
         return err;
-    int64_t n = rt__fiber_await(f, &op.future);
+    int64_t n = rt__fiber_await_op(f, &op.future);
     if (n > 0) {
         if (text != NULL)
             *text = op.data;
@@ -165,7 +173,7 @@ RT_EXPORT int64_t rt_writer_write_await_with_site(const char *file, int line, co
     if (f == NULL)
         return -EPERM;
     int err = rt_writer_write_init(&op, w, buf, len);
-    return err < 0 ? err : rt__fiber_await(f, &op.future);
+    return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }
 
 RT_EXPORT int64_t rt_writer_flush_await_with_site(const char *file, int line, const char *function,
@@ -176,5 +184,5 @@ RT_EXPORT int64_t rt_writer_flush_await_with_site(const char *file, int line, co
     if (f == NULL)
         return -EPERM;
     int err = rt_writer_flush_init(&op, w);
-    return err < 0 ? err : rt__fiber_await(f, &op.future);
+    return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }

@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "atomic.h"
+#include "common.h"
 #include "fault.h"
 
 #ifdef RT_HAVE_VALGRIND
@@ -50,8 +52,12 @@ typedef struct thread_cache {
     unsigned len;
     rt__stack stacks[RT__THREAD_CACHE];
 } thread_cache;
-static __thread thread_cache tls_cache;
-static __thread bool tls_cache_registered;
+/* Allocated at the thread's first stack put; a pointer, so that the static
+ * TLS block a program loading the library at run time must find room for
+ * stays small. NULL also when the allocation failed: the thread then uses
+ * the pool alone. */
+static __thread thread_cache *tls_cache __attribute__((tls_model("initial-exec")));
+static __thread bool tls_cache_tried __attribute__((tls_model("initial-exec")));
 static pthread_key_t cache_key;
 static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 
@@ -138,11 +144,30 @@ static void cache_flush(void *arg)
     thread_cache *c = arg;
     while (c->len > 0)
         pool_put(&c->stacks[--c->len]);
+    tls_cache = NULL;
+    free(c);
 }
 
 static void cache_key_create(void)
 {
     (void)pthread_key_create(&cache_key, cache_flush);
+}
+
+/* The calling thread's cache, which the key's destructor gives back to the
+ * pool when the thread exits; NULL when it cannot have one. */
+static thread_cache *cache_create(void)
+{
+    tls_cache_tried = true;
+    pthread_once(&cache_key_once, cache_key_create);
+    thread_cache *c = rt__calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    if (pthread_setspecific(cache_key, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    tls_cache = c;
+    return c;
 }
 
 static size_t round_size(size_t size)
@@ -155,8 +180,8 @@ static size_t round_size(size_t size)
 int rt__stack_get(size_t size, rt__stack *out)
 {
     size = round_size(size);
-    thread_cache *c = &tls_cache;
-    if (c->len > 0 && c->stacks[c->len - 1].size == size) {
+    thread_cache *c = tls_cache;
+    if (c != NULL && c->len > 0 && c->stacks[c->len - 1].size == size) {
         *out = c->stacks[--c->len];
         return handed_out(out);
     }
@@ -187,14 +212,10 @@ void rt__stack_put(rt__stack *s)
 {
     if (s->low == NULL)
         return;
-    thread_cache *c = &tls_cache;
-    if (!tls_cache_registered) {
-        /* The key's destructor gives the cache back when the thread exits. */
-        pthread_once(&cache_key_once, cache_key_create);
-        tls_cache_registered = pthread_setspecific(cache_key, c) == 0;
-    }
-    if (tls_cache_registered && c->len < RT__THREAD_CACHE &&
-        (c->len == 0 || c->stacks[0].size == s->size)) {
+    thread_cache *c = tls_cache;
+    if (rt__unlikely(c == NULL) && !tls_cache_tried)
+        c = cache_create();
+    if (c != NULL && c->len < RT__THREAD_CACHE && (c->len == 0 || c->stacks[0].size == s->size)) {
         c->stacks[c->len++] = *s;
         s->low = NULL;
         return;
