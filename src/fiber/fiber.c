@@ -58,26 +58,39 @@ __attribute__((noinline)) rt__fiber *rt__fiber_current(void)
     return f;
 }
 
+__attribute__((noinline)) void rt__fiber_set_current(rt__fiber *f)
+{
+    tls_fiber = f;
+}
+
 /* ---- Switching -------------------------------------------------------------*/
 
-/* The poll's side: switches into f and returns when it switches out. */
-RT__SWITCHING static void switch_in(rt__fiber *f)
+/* The poll's side: switches into f, which runs until it switches out, and
+ * returns what it switched out with: RT_READY once it returned, else
+ * RT_PENDING. The fiber itself does everything that follows a switch out
+ * (it restores the thread's current fiber, checks its canary, hands over
+ * its result), so that without sanitizers nothing follows the switch
+ * here: the poll then ends in a tail call, and the switch out resumes the
+ * worker loop directly, without a return that would mispredict. */
+RT__SWITCHING static rt_poll switch_in(rt__fiber *f)
 {
-    rt__fiber *outer = tls_fiber;
+    f->outer = tls_fiber;
     tls_fiber = f;
 #ifdef RT__FIBER_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, f->stack.low, f->stack.size);
 #endif
 #ifdef RT__FIBER_TSAN
-    f->tsan_poller = __tsan_get_rt__fiber_current();
+    f->tsan_poller = __tsan_get_current_fiber();
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
-    rt__fiber_switch(&f->poller_sp, f->sp, f);
 #ifdef RT__FIBER_ASAN
+    rt_poll r = (rt_poll)rt__fiber_resume(&f->poller_sp, f->sp, f);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+    return r;
+#else
+    return (rt_poll)rt__fiber_resume(&f->poller_sp, f->sp, f);
 #endif
-    tls_fiber = outer;
 }
 
 /* ---- Fiber-local storage ----------------------------------------------------*/
@@ -189,9 +202,16 @@ _Noreturn RT__NO_TSAN __attribute__((noinline)) static void fiber_main(void *arg
     __sanitizer_finish_switch_fiber(NULL, &f->poller_low, &f->poller_size);
 #endif
     f->root_frame = __builtin_frame_address(0);
-    f->result = f->task->fn(f->task->arg);
+    void *result = f->task->fn(f->task->arg);
     if (f->locals != NULL)
         locals_destroy(f);
+    /* What the poll would do after it: the result and the status go to the
+     * poll that runs it now (none in a drop). The stack goes back in the
+     * task's drop, which the worker runs next, off this stack. */
+    if (f->out != NULL)
+        *f->out = result;
+    if (f->status != 0 && f->cx != NULL)
+        rt_task_set_status(f->cx, f->status);
     f->finished = true;
     rt__fiber_switch_out(f, true);
     assert(!"a finished fiber was resumed");
@@ -293,7 +313,7 @@ static void overflow_report_ready(void)
 /* An unguarded stack's canary was overwritten: memory below the stack is
  * corrupt, so the process cannot go on (fiber.h, "Stacks"). It ends as a
  * guard-page overflow does, with the same line. */
-__attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
+__attribute__((noreturn, cold)) void rt__fiber_overflowed(const rt__fiber *f)
 {
     char line[256];
     format_overflow(line, sizeof line, f);
@@ -307,7 +327,8 @@ __attribute__((noreturn, cold)) static void overflowed(const rt__fiber *f)
 static inline void control_block_init(rt__fiber *f, const fiber_task *ft, const rt__stack *stack)
 {
     f->task = ft;
-    f->result = NULL;
+    f->out = NULL;
+    f->outer = NULL;
     f->stack = *stack;
     f->sp = NULL;
     f->poller_sp = NULL;
@@ -404,24 +425,19 @@ static rt_poll fiber_poll(void *state, rt_context *cx, void **out)
     }
     rt__fiber *f = ft->f;
     f->cx = cx;
-    switch_in(f);
-    f->cx = NULL;
-    if (!rt__stack_intact(&f->stack))
-        overflowed(f);
-    if (!f->finished)
-        return RT_PENDING;
-    *out = f->result;
-    if (f->status != 0)
-        rt_task_set_status(cx, f->status);
-    fiber_release(ft);
-    return RT_READY;
+    f->out = out;
+    return switch_in(f);
 }
 
 static void fiber_drop(void *state)
 {
     fiber_task *ft = state;
     if (ft->finished)
-        return; /* it returned: the poll released everything */
+        return; /* it never ran, or its stack went back already */
+    if (ft->f != NULL && ft->f->finished) {
+        fiber_release(ft); /* it returned in its last poll */
+        return;
+    }
     if (ft->f == NULL && fiber_start(ft) < 0) {
         never_runs(ft);
         return;
@@ -429,9 +445,8 @@ static void fiber_drop(void *state)
     rt__fiber *f = ft->f;
     f->cancelled = true;
     f->cx = NULL;
-    switch_in(f);
-    if (!rt__stack_intact(&f->stack))
-        overflowed(f);
+    f->out = NULL;
+    (void)switch_in(f);
     if (f->finished)
         fiber_release(ft);
     else

@@ -75,15 +75,16 @@ _Static_assert(sizeof(fiber_task) + sizeof(struct rt_task) <= RT__TASK_SMALL_BLO
  * here is initialised in control_block_init (fiber.c). */
 struct rt__fiber {
     const fiber_task *task; /* what it runs, on which runtime */
-    void *result;
-    rt__stack stack; /* the stack this block sits at the top of */
-    void *sp;        /* the fiber's stack pointer while it is switched out */
-    void *poller_sp; /* the stack pointer of the poll that switched it in */
-    rt_context *cx;  /* that poll's context; NULL in the drop */
-    int status;      /* rt_fiber_set_status */
-    bool finished;   /* fn returned */
-    bool cancelled;  /* resumed by the drop: awaits fail */
-    bool shielded;   /* rt_fiber_shield until shield_deadline (-1: no end) */
+    void **out;             /* the result of the poll that runs it; NULL in the drop */
+    rt__fiber *outer;       /* the thread's current fiber when it was switched in */
+    rt__stack stack;        /* the stack this block sits at the top of */
+    void *sp;               /* the fiber's stack pointer while it is switched out */
+    void *poller_sp;        /* the stack pointer of the poll that switched it in */
+    rt_context *cx;         /* that poll's context; NULL in the drop */
+    int status;             /* rt_fiber_set_status */
+    bool finished;          /* fn returned */
+    bool cancelled;         /* resumed by the drop: awaits fail */
+    bool shielded;          /* rt_fiber_shield until shield_deadline (-1: no end) */
     int64_t shield_deadline;
     /* The operation awaited now uses the fiber's stack until it ends (the
      * job of rt_fiber_run_blocking): after a cancel it is waited for, with
@@ -119,6 +120,15 @@ struct rt__fiber {
  * the old thread's address of the thread-local variable. */
 rt__fiber *rt__fiber_current(void);
 
+/* Makes f the calling thread's current fiber. Not inlined, for the same
+ * reason: the fiber calls it right before it switches out, on whichever
+ * thread it runs then. */
+void rt__fiber_set_current(rt__fiber *f);
+
+/* An unguarded stack's canary was overwritten: ends the process with the
+ * overflow report (fiber.h, "Stacks"). */
+__attribute__((noreturn, cold)) void rt__fiber_overflowed(const rt__fiber *f);
+
 /* Where the fiber is about to wait, for the dump. `frame`: the frame of
  * the public function called at the await site. */
 static inline void rt__fiber_note_await(rt__fiber *f, const char *file, int line,
@@ -131,14 +141,21 @@ static inline void rt__fiber_note_await(rt__fiber *f, const char *file, int line
     f->await_frame = frame;
 }
 
-/* The fiber's side: switches back to the poll, returns when polled again
- * (on any thread). `last`: it never will be (it returned, or shutdown abandons it). */
+/* The fiber's side: switches back to the poll, which returns RT_READY once
+ * the fiber has returned and RT_PENDING otherwise; returns when polled
+ * again (on any thread). `last`: it never will be (it returned, or
+ * shutdown abandons it). What the poll would do after the switch is done
+ * here, before it (switch_in in fiber.c says why). */
 RT__SWITCHING static void rt__fiber_switch_out(rt__fiber *f, bool last)
 {
     /* How deep the fiber is: about where the switch saves its registers. */
     uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
     if (sp < f->lowest_sp)
         f->lowest_sp = sp;
+    if (rt__unlikely(!rt__stack_intact(&f->stack)))
+        rt__fiber_overflowed(f);
+    rt__fiber_set_current(f->outer);
+    void *verdict = (void *)(uintptr_t)(f->finished ? RT_READY : RT_PENDING);
 #ifdef RT__FIBER_ASAN
     __sanitizer_start_switch_fiber(last ? NULL : &f->asan_fake, f->poller_low, f->poller_size);
 #else
@@ -147,7 +164,7 @@ RT__SWITCHING static void rt__fiber_switch_out(rt__fiber *f, bool last)
 #ifdef RT__FIBER_TSAN
     __tsan_switch_to_fiber(f->tsan_poller, 0);
 #endif
-    rt__fiber_switch(&f->sp, f->poller_sp, NULL);
+    rt__fiber_switch(&f->sp, f->poller_sp, verdict);
 #ifdef RT__FIBER_ASAN
     __sanitizer_finish_switch_fiber(f->asan_fake, &f->poller_low, &f->poller_size);
 #endif

@@ -26,6 +26,12 @@
  * stacks stay off in programs that link it. */
 void *rt__fiber_switch(void **from_sp, void *to_sp, void *arg);
 
+/* rt__fiber_switch under another name and type, for a poll that switches
+ * into a fiber and returns what the fiber switches back with (an rt_poll,
+ * as an int): the same code, so that the poll's call to it can be a tail
+ * call. */
+int rt__fiber_resume(void **from_sp, void *to_sp, void *arg);
+
 /* Prepares a context at the top of a stack (`top`, the highest address,
  * any alignment) whose first switch-in calls entry(arg), `arg` being what
  * that switch passes. entry runs on the new stack and never returns (a

@@ -19,8 +19,13 @@
     .globl rt__fiber_switch
     .hidden rt__fiber_switch
     .type rt__fiber_switch, %function
+    /* The same code under the name a poll tail-calls (switch.h). */
+    .globl rt__fiber_resume
+    .hidden rt__fiber_resume
+    .type rt__fiber_resume, %function
     .p2align 4
 rt__fiber_switch:
+rt__fiber_resume:
     .cfi_startproc
     RT__BTI_C
     sub sp, sp, #176
@@ -57,6 +62,7 @@ rt__fiber_switch:
     ret
     .cfi_endproc
     .size rt__fiber_switch, .-rt__fiber_switch
+    .size rt__fiber_resume, .-rt__fiber_resume
 
 /* The first code a made context runs (x0 holds the switch's arg, x19 the
  * entry function rt__fiber_make was given), reached
