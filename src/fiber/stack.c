@@ -36,18 +36,27 @@
  * chunked one has its pages given back (MADV_DONTNEED). */
 #define RT__POOL_MAX 16384u
 
-/* A pooled stack's link lives in its own lowest bytes (where the canary
- * goes again when it is handed out). */
+/* A pooled stack's link lives in its own highest bytes, in the page its
+ * fiber's control block used: touching the lowest page instead would
+ * commit a page the fiber may never have used. */
 typedef struct pooled {
     struct pooled *next;
     rt__stack stack;
 } pooled;
 
+static inline pooled *pool_node(const rt__stack *s)
+{
+    return (pooled *)(void *)(s->low + s->size - sizeof(pooled));
+}
+
 /* Each thread keeps the last few stacks it released, of one size, for the
  * next fiber it starts (a fiber spawned by a worker usually starts and
- * ends there): no lock on the common path. What a thread holds when it
- * exits goes back to the shared pool. */
-#define RT__THREAD_CACHE 16u
+ * ends there): no lock on the common path. The cache and the shared pool
+ * trade half a cache at a time, under one lock, so that a thread that
+ * starts many fibers and one that ends them (a fan-out) take the lock
+ * once per RT__THREAD_CACHE / 2 stacks. What a thread holds when it exits
+ * goes back to the shared pool. */
+#define RT__THREAD_CACHE 32u
 typedef struct thread_cache {
     unsigned len;
     rt__stack stacks[RT__THREAD_CACHE];
@@ -130,6 +139,7 @@ static int carve_chunked(size_t size, rt__stack *out)
 }
 
 static void pool_put(rt__stack *s);
+static void pool_put_many(rt__stack *stacks, unsigned n);
 
 /* A stack handed out: an unguarded one gets its canary (stack.h). */
 static int handed_out(rt__stack *s)
@@ -177,6 +187,21 @@ static size_t round_size(size_t size)
     return size < 2 * page ? 2 * page : size;
 }
 
+/* Under pool_lock: takes a pooled stack of `size` into *out, if any. */
+static bool pool_take_locked(size_t size, rt__stack *out)
+{
+    for (pooled **p = &pool_head; *p != NULL; p = &(*p)->next) {
+        if ((*p)->stack.size == size) {
+            pooled *hit = *p;
+            *p = hit->next;
+            pool_len--;
+            *out = hit->stack;
+            return true;
+        }
+    }
+    return false;
+}
+
 int rt__stack_get(size_t size, rt__stack *out)
 {
     size = round_size(size);
@@ -186,15 +211,13 @@ int rt__stack_get(size_t size, rt__stack *out)
         return handed_out(out);
     }
     pthread_mutex_lock(&pool_lock);
-    for (pooled **p = &pool_head; *p != NULL; p = &(*p)->next) {
-        if ((*p)->stack.size == size) {
-            pooled *hit = *p;
-            *p = hit->next;
-            pool_len--;
-            pthread_mutex_unlock(&pool_lock);
-            *out = hit->stack;
-            return handed_out(out);
-        }
+    if (pool_take_locked(size, out)) {
+        /* Refill an empty cache while the lock is held. */
+        if (c != NULL && c->len == 0)
+            while (c->len < RT__THREAD_CACHE / 2 && pool_take_locked(size, &c->stacks[c->len]))
+                c->len++;
+        pthread_mutex_unlock(&pool_lock);
+        return handed_out(out);
     }
     int err;
     if (guarded_live < RT__GUARD_BUDGET) {
@@ -215,36 +238,71 @@ void rt__stack_put(rt__stack *s)
     thread_cache *c = tls_cache;
     if (rt__unlikely(c == NULL) && !tls_cache_tried)
         c = cache_create();
-    if (c != NULL && c->len < RT__THREAD_CACHE && (c->len == 0 || c->stacks[0].size == s->size)) {
-        c->stacks[c->len++] = *s;
-        s->low = NULL;
+    if (c == NULL || (c->len > 0 && c->stacks[0].size != s->size)) {
+        pool_put(s);
         return;
     }
-    pool_put(s);
+    if (c->len == RT__THREAD_CACHE) {
+        /* Full: the older half goes to the pool, the newer (warmer) half
+         * stays. */
+        unsigned half = RT__THREAD_CACHE / 2;
+        pool_put_many(c->stacks, half);
+        memmove(c->stacks, c->stacks + half, (c->len - half) * sizeof(c->stacks[0]));
+        c->len -= half;
+    }
+    c->stacks[c->len++] = *s;
+    s->low = NULL;
+}
+
+/* Under pool_lock: pools s, or says that it must be unmapped (false). */
+static bool pool_put_locked(rt__stack *s)
+{
+    if (pool_len >= RT__POOL_MAX && !s->chunked) {
+        guarded_live--;
+        return false;
+    }
+    if (pool_len >= RT__POOL_MAX) {
+        /* A chunked stack is never unmapped: its pages go back, but for
+         * the top one, which holds the pool's link. */
+        size_t page = rt__page_size();
+        (void)madvise(s->low, s->size - page, MADV_DONTNEED);
+    }
+    pooled *node = pool_node(s);
+    node->stack = *s;
+    node->next = pool_head;
+    pool_head = node;
+    pool_len++;
+    return true;
+}
+
+static void unmap_guarded(rt__stack *s)
+{
+    size_t page = rt__page_size();
+    RT__STACK_DEREGISTER(s);
+    munmap(s->low - page, s->size + page);
 }
 
 static void pool_put(rt__stack *s)
 {
-    pooled *node = (pooled *)(void *)s->low;
     pthread_mutex_lock(&pool_lock);
-    if (pool_len < RT__POOL_MAX || s->chunked) {
-        if (pool_len >= RT__POOL_MAX) {
-            /* A chunked stack is never unmapped: its pages go back. */
-            (void)madvise(s->low, s->size, MADV_DONTNEED);
-        }
-        node->stack = *s;
-        node->next = pool_head;
-        pool_head = node;
-        pool_len++;
-        pthread_mutex_unlock(&pool_lock);
-    } else {
-        guarded_live--;
-        pthread_mutex_unlock(&pool_lock);
-        size_t page = rt__page_size();
-        RT__STACK_DEREGISTER(s);
-        munmap(s->low - page, s->size + page);
-    }
+    bool pooled_it = pool_put_locked(s);
+    pthread_mutex_unlock(&pool_lock);
+    if (!pooled_it)
+        unmap_guarded(s);
     s->low = NULL;
+}
+
+/* pool_put of n stacks under one lock. */
+static void pool_put_many(rt__stack *stacks, unsigned n)
+{
+    bool unmap[RT__THREAD_CACHE];
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned i = 0; i < n; i++)
+        unmap[i] = !pool_put_locked(&stacks[i]);
+    pthread_mutex_unlock(&pool_lock);
+    for (unsigned i = 0; i < n; i++)
+        if (unmap[i])
+            unmap_guarded(&stacks[i]);
 }
 
 bool rt__stack_guard_holds(const rt__stack *s, const void *addr)
