@@ -38,7 +38,8 @@ AWAIT_SITE_MACROS = {name: name + "_with_site" for name in (
     "rt_fiber_await", "rt_fiber_yield", "rt_fiber_run_blocking", "rt_sleep_await",
     "rt_chan_send_await", "rt_chan_recv_await", "rt_mutex_lock_await", "rt_io_read_await",
     "rt_io_write_all_await", "rt_tcp_accept_await", "rt_tcp_connect_await", "rt_read_line_await",
-    "rt_writer_write_await", "rt_writer_flush_await")}
+    "rt_writer_write_await", "rt_writer_flush_await", "rt_io_copy_await", "rt_fiber_serve", "rt_fiber_await_timeout",
+    "rt_fiber_await_until")}
 SITE_MACROS = {**SPAWN_SITE_MACROS, **AWAIT_SITE_MACROS}
 # Verbs that are not an end of life: a semaphore's permits and a coroutine's
 # hold on a lock are released (acquire/release), not the object.

@@ -12,7 +12,10 @@
 
 #include "support.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -264,4 +267,138 @@ Test(fiber_spawn, the_line_helpers_refuse_outside_a_fiber)
     cr_assert_eq(len, 0);
     cr_assert_eq(rt_writer_write_await(NULL, "x", 1), -EPERM);
     cr_assert_eq(rt_writer_flush_await(NULL), -EPERM);
+}
+
+/* ---- time limits ---------------------------------------------------------- */
+
+static void *waits_with_limits(void *arg)
+{
+    (void)arg;
+    rt_chan *ch;
+    cr_assert_eq(rt_chan_new(1, &ch), 0);
+    rt_chan_recv recv;
+    /* Nothing comes: the limit ends the wait, and the receive is dropped. */
+    cr_assert_eq(rt_chan_recv_init(&recv, ch), 0);
+    int64_t start = rt_now_ns();
+    cr_assert_eq(rt_fiber_await_timeout(&recv.future, RT_MS(5)), -ETIMEDOUT);
+    cr_assert_geq(rt_now_ns() - start, RT_MS(5));
+    /* A deadline already passed: at once. */
+    cr_assert_eq(rt_chan_recv_init(&recv, ch), 0);
+    cr_assert_eq(rt_fiber_await_until(&recv.future, rt_now_ns() - 1), -ETIMEDOUT);
+    /* What finishes first is the result. */
+    cr_assert_eq(rt_chan_try_send(ch, (void *)7), 0);
+    cr_assert_eq(rt_chan_recv_init(&recv, ch), 0);
+    cr_assert_eq(rt_fiber_await_until(&recv.future, rt_now_ns() + RT_SEC(30)), 0);
+    cr_assert_eq((uintptr_t)recv.value, 7);
+    cr_assert_eq(rt_fiber_await_timeout(NULL, 1), -EINVAL);
+    rt_chan_sender_drop(ch);
+    rt_chan_receiver_drop(ch, NULL, NULL);
+    return NULL;
+}
+
+Test(fiber_spawn, an_await_with_a_time_limit_times_out_or_returns_the_result)
+{
+    rt_runtime *rt = new_runtime(2);
+    int status = 1;
+    cr_assert_eq(rt_fiber_block_on(rt, NULL, waits_with_limits, NULL, NULL, &status), 0);
+    cr_assert_eq(status, 0);
+    rt_chan *ch;
+    cr_assert_eq(rt_chan_new(1, &ch), 0);
+    rt_chan_recv recv;
+    cr_assert_eq(rt_chan_recv_init(&recv, ch), 0);
+    cr_assert_eq(rt_fiber_await_timeout(&recv.future, 1), -EPERM); /* not in a fiber */
+    rt_future_drop(&recv.future);
+    rt_chan_sender_drop(ch);
+    rt_chan_receiver_drop(ch, NULL, NULL);
+    finish_runtime(rt, 0);
+}
+
+/* ---- rt_fiber_serve and rt_io_copy_await ---------------------------------- */
+
+static atomic_int echoes_ended;
+
+static void *echo_conn(void *conn)
+{
+    char buf[16];
+    int64_t copied = rt_io_copy_await(conn, conn, buf, sizeof buf);
+    cr_assert(copied >= 0 || copied == -ECANCELED, "%s", rt_strerror((int)copied));
+    rt_io_close(conn);
+    atomic_fetch_add(&echoes_ended, 1);
+    return NULL;
+}
+
+static void *serves(void *listener)
+{
+    int err = rt_fiber_serve(listener, NULL, echo_conn);
+    rt_io_close(listener);
+    return (void *)(intptr_t)err;
+}
+
+static int connect_blocking(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    return fd;
+}
+
+Test(fiber_spawn, serve_runs_a_fiber_per_connection_until_cancelled)
+{
+    rt_runtime *rt = new_runtime(2);
+    atomic_store(&echoes_ended, 0);
+    rt_io *listener;
+    cr_assert_eq(rt_tcp_listen_addr(rt, "127.0.0.1:0", &listener), 0);
+    int port = rt_net_local_port(listener);
+    rt_task *server;
+    cr_assert_eq(rt_fiber_spawn(rt, serves, listener, &server), 0);
+    /* Three clients at once, each echoed through its own fiber; more bytes
+     * than the copy's buffer holds. */
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = connect_blocking(port);
+    for (int i = 0; i < 3; i++) {
+        char out[64], in[64];
+        memset(out, 'a' + i, sizeof out);
+        cr_assert_eq(write(fds[i], out, sizeof out), (ssize_t)sizeof out);
+        size_t got = 0;
+        while (got < sizeof in) {
+            ssize_t n = read(fds[i], in + got, sizeof in - got);
+            cr_assert_gt(n, 0);
+            got += (size_t)n;
+        }
+        cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    }
+    /* A client that leaves ends its fiber. */
+    close(fds[0]);
+    while (atomic_load(&echoes_ended) < 1)
+        sched_yield();
+    /* The cancel ends the accept loop with -ECANCELED; the connections'
+     * fibers go on until the shutdown cancels them too. */
+    rt_task_cancel(server);
+    void *err = NULL;
+    cr_assert_eq(task_wait_status(server, WAIT_DEADLINE_NS, &err), -ECANCELED);
+    shut_down(rt, 2);
+    cr_assert_eq(atomic_load(&echoes_ended), 3);
+    close(fds[1]);
+    close(fds[2]);
+    cr_assert_eq(rt_runtime_free(rt), 0);
+}
+
+static void *serves_nothing(void *arg)
+{
+    (void)arg;
+    cr_assert_eq(rt_fiber_serve(NULL, NULL, echo_conn), -EINVAL);
+    return NULL;
+}
+
+Test(fiber_spawn, serve_and_copy_refuse_outside_a_fiber_and_without_a_listener)
+{
+    cr_assert_eq(rt_fiber_serve(NULL, NULL, echo_conn), -EPERM);
+    char buf[1];
+    cr_assert_eq(rt_io_copy_await(NULL, NULL, buf, 1), -EPERM);
+    rt_runtime *rt = new_runtime(1);
+    cr_assert_eq(rt_fiber_block_on(rt, NULL, serves_nothing, NULL, NULL, NULL), 0);
+    finish_runtime(rt, 0);
 }

@@ -561,3 +561,61 @@ Test(net, aborting_a_waiting_accept_loses_no_connection)
     cr_assert_eq(rt_io_close(l), 0);
     finish_runtime(rt, 0);
 }
+
+/* ---- addresses as strings ------------------------------------------------ */
+
+Test(net, parse_reads_ip_colon_port_and_refuses_anything_else)
+{
+    struct sockaddr_storage addr;
+    socklen_t len;
+    cr_assert_eq(rt_net_parse("127.0.0.1:8080", &addr, &len), 0);
+    cr_assert_eq(addr.ss_family, AF_INET);
+    cr_assert_eq(len, sizeof(struct sockaddr_in));
+    cr_assert_eq(ntohs(((struct sockaddr_in *)&addr)->sin_port), 8080);
+    cr_assert_eq(rt_net_parse("[::1]:65535", &addr, &len), 0);
+    cr_assert_eq(addr.ss_family, AF_INET6);
+    cr_assert_eq(ntohs(((struct sockaddr_in6 *)&addr)->sin6_port), 65535);
+    cr_assert_eq(rt_net_parse("0.0.0.0:0", &addr, &len), 0);
+    const char *bad[] = {"127.0.0.1",
+                         "127.0.0.1:",
+                         ":80",
+                         "127.0.0.1:65536",
+                         "127.0.0.1:8o",
+                         "127.0.0.1:-1",
+                         "::1:80",
+                         "[::1]80",
+                         "[::1:80",
+                         "localhost:80",
+                         "[]:80",
+                         "1.2.3.4.5:80",
+                         "127.0.0.1:99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(rt_net_parse(bad[i], &addr, &len), -EINVAL, "%s", bad[i]);
+    cr_assert_eq(rt_net_parse(NULL, &addr, &len), -EINVAL);
+}
+
+Test(net, listen_addr_listens_where_it_says_and_local_port_tells_the_port)
+{
+    rt_runtime *rt = new_runtime(1);
+    rt_io *listener = (rt_io *)1;
+    cr_assert_eq(rt_tcp_listen_addr(rt, "127.0.0.1:65536", &listener), -EINVAL);
+    cr_assert_null(listener);
+    cr_assert_eq(rt_tcp_listen_addr(rt, "127.0.0.1:0", &listener), 0);
+    int port = rt_net_local_port(listener);
+    cr_assert_gt(port, 0);
+    /* A plain blocking client gets through: it listens on that port. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    close(fd);
+    /* The same port again: taken. */
+    char again[32];
+    snprintf(again, sizeof again, "127.0.0.1:%d", port);
+    rt_io *second = NULL;
+    cr_assert_eq(rt_tcp_listen_addr(rt, again, &second), -EADDRINUSE);
+    cr_assert_eq(rt_net_local_port(NULL), -EINVAL);
+    rt_io_close(listener);
+    finish_runtime(rt, 0);
+}

@@ -242,6 +242,23 @@ void *rt_fiber_local_get(const rt_fiber_key *key);
 #define rt_fiber_await(op) rt_fiber_await_with_site(RT__AWAIT_HERE, (op))
 int64_t rt_fiber_await_with_site(const char *file, int line, const char *function, rt_future *op);
 
+/* rt_fiber_await with a time limit (Go's deadlines): op is wrapped in an
+ * rt_timeout (combine.h) ending timeout_ns from now, or at deadline_ns on
+ * rt_now_ns()'s clock, and awaited. Returns op's result when it finished
+ * first, or -ETIMEDOUT (op was dropped: losing what its header says a
+ * drop loses, usually nothing), or the timer's -ENOMEM / -ESHUTDOWN, or
+ * -ECANCELED. One deadline across several awaits is
+ * rt_fiber_await_until with the same deadline_ns. Errors also -EPERM (not
+ * in a fiber) and -EINVAL (op NULL; with no runtime, op is dropped). */
+#define rt_fiber_await_timeout(op, timeout_ns)                                                     \
+    rt_fiber_await_timeout_with_site(RT__AWAIT_HERE, (op), (timeout_ns))
+#define rt_fiber_await_until(op, deadline_ns)                                                      \
+    rt_fiber_await_until_with_site(RT__AWAIT_HERE, (op), (deadline_ns))
+int64_t rt_fiber_await_timeout_with_site(const char *file, int line, const char *function,
+                                         rt_future *op, int64_t timeout_ns);
+int64_t rt_fiber_await_until_with_site(const char *file, int line, const char *function,
+                                       rt_future *op, int64_t deadline_ns);
+
 /* True when the calling code runs in a fiber. Any thread. */
 bool rt_in_fiber(void);
 
@@ -332,6 +349,31 @@ int rt_tcp_accept_await_with_site(const char *file, int line, const char *functi
     rt_tcp_connect_await_with_site(RT__AWAIT_HERE, (addr), (addr_len), (conn))
 int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
                                    const struct sockaddr *addr, socklen_t addr_len, rt_io **conn);
+
+/* Copies from `from` to `to` through buf[0..len) until the end of from's
+ * stream (rt_io_copy_init; Go's io.Copy): the bytes copied, or an error.
+ * from and to may be the same rt_io (an echo). */
+#define rt_io_copy_await(from, to, buf, len)                                                       \
+    rt_io_copy_await_with_site(RT__AWAIT_HERE, (from), (to), (buf), (len))
+int64_t rt_io_copy_await_with_site(const char *file, int line, const char *function, rt_io *from,
+                                   rt_io *to, void *buf, size_t len);
+
+/* A server's accept loop: accepts connections on listener until the
+ * calling fiber is cancelled, and runs handler(conn) in a fiber of its own
+ * for each one, spawned with opts (NULL: the defaults) on the caller's
+ * runtime. The handler's fiber owns conn and closes it; a connection whose
+ * fiber cannot be spawned, or never runs (no stack: opts->release, when
+ * NULL, closes it), is closed. Out of descriptors or memory (-EMFILE,
+ * -ENFILE, -ENOMEM) it tries again every 10 ms, the connection left
+ * queued; an accept error that ends one connection (-ECONNABORTED...) is
+ * passed over. Returns -ECANCELED once cancelled, or the error that ends
+ * accepting for good (-EINVAL, -EBADF, -ENOTSOCK, -EOPNOTSUPP,
+ * -ESHUTDOWN); the listener is not closed. The dump shows the handlers as
+ * spawned where rt_fiber_serve is called. From a fiber only (-EPERM). */
+#define rt_fiber_serve(listener, opts, handler)                                                    \
+    rt_fiber_serve_with_site(RT__AWAIT_HERE, RT__HERE, (listener), (opts), (handler))
+int rt_fiber_serve_with_site(const char *file, int line, const char *function, const char *site,
+                             rt_io *listener, const rt_fiber_options *opts, rt_fiber_fn handler);
 
 /* Reads one line from r (rt_read_line_init): the bytes taken, the line
  * ending included, 0 at the end of the stream, or an error (-EMSGSIZE: a

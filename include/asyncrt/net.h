@@ -46,6 +46,12 @@ extern "C" {
  * Returns 0 or -EINVAL (not an address; ip, addr or len NULL). Any thread. */
 int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, socklen_t *len);
 
+/* Parses "IP:PORT" into *addr / *len, as Go's net.Listen spells an
+ * address: an IPv4 address, or an IPv6 one between brackets
+ * ("[::1]:8080"), and a decimal port from 0 to 65535. No names: look them
+ * up with resolve.h. Returns 0 or -EINVAL. Any thread. */
+int rt_net_parse(const char *hostport, struct sockaddr_storage *addr, socklen_t *len);
+
 /* Creates a TCP socket bound to addr and listening with `backlog`, with the
  * RT_NET_* `flags`. Its accepted connections have TCP_NODELAY on, unless
  * RT_NET_NAGLE (a listener that came from rt_io_open passes on nothing, and
@@ -55,6 +61,12 @@ int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage *addr, so
  * means rt_current_runtime(). Any thread. */
 int rt_tcp_listen(rt_runtime *rt, const struct sockaddr *addr, socklen_t len, int backlog,
                   unsigned flags, rt_io **out);
+
+/* rt_tcp_listen on "IP:PORT" (rt_net_parse; port 0: any free one, which
+ * rt_net_local_port tells), with a backlog of SOMAXCONN and
+ * RT_NET_REUSEADDR. Errors: rt_net_parse's and rt_tcp_listen's (*out NULL
+ * then). Any thread. */
+int rt_tcp_listen_addr(rt_runtime *rt, const char *hostport, rt_io **out);
 
 /* Accepting one connection: an operation (see future.h) that finishes with
  * result 0 and `conn` a new rt_io (owned by the caller from then on; the
@@ -117,6 +129,11 @@ int rt_tcp_set_nodelay(rt_io *io, bool on);
  * addr or len NULL). */
 int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
 int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len);
+
+/* The port an IPv4 or IPv6 socket is bound to (>= 0): how a listener bound
+ * to port 0 learns its own. Errors: rt_net_local_addr's, -EAFNOSUPPORT
+ * (another family). Any thread. */
+int rt_net_local_port(rt_io *io);
 
 /* Creates a UDP socket bound to addr (port 0: any free port) with the
  * RT_NET_* flags. *out owns it. Errors as rt_tcp_listen (-EINVAL for addr or

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <asyncrt/combine.h>
 #include <asyncrt/fiber.h>
 #include <asyncrt/net.h>
 #include <asyncrt/timer.h>
@@ -712,6 +713,32 @@ RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const cha
     if (op == NULL)
         return -EINVAL;
     return rt__fiber_await_op(f, op);
+}
+
+RT_EXPORT int64_t rt_fiber_await_until_with_site(const char *file, int line, const char *function,
+                                                 rt_future *op, int64_t deadline_ns)
+{
+    rt_timeout limit;
+    AWAIT_BEGIN(f, &limit.future);
+    if (f == NULL)
+        return -EPERM;
+    if (op == NULL)
+        return -EINVAL;
+    int err = rt_timeout_until_init(&limit, f->task->rt, op, deadline_ns);
+    return err < 0 ? err : rt__fiber_await_op(f, &limit.future);
+}
+
+RT_EXPORT int64_t rt_fiber_await_timeout_with_site(const char *file, int line, const char *function,
+                                                   rt_future *op, int64_t timeout_ns)
+{
+    rt_timeout limit;
+    AWAIT_BEGIN(f, &limit.future);
+    if (f == NULL)
+        return -EPERM;
+    if (op == NULL)
+        return -EINVAL;
+    int err = rt_timeout_init(&limit, f->task->rt, op, timeout_ns);
+    return err < 0 ? err : rt__fiber_await_op(f, &limit.future);
 }
 
 RT_EXPORT bool rt_in_fiber(void)

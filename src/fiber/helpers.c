@@ -186,3 +186,62 @@ RT_EXPORT int64_t rt_writer_flush_await_with_site(const char *file, int line, co
     int err = rt_writer_flush_init(&op, w);
     return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }
+
+RT_EXPORT int64_t rt_io_copy_await_with_site(const char *file, int line, const char *function,
+                                             rt_io *from, rt_io *to, void *buf, size_t len)
+{
+    rt_io_copy op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    int err = rt_io_copy_init(&op, from, to, buf, len);
+    return err < 0 ? err : rt__fiber_await_op(f, &op.future);
+}
+
+/* A connection whose fiber never runs (no stack for it) is closed. */
+static void close_conn(void *conn)
+{
+    rt_io_close(conn);
+}
+
+RT_EXPORT int rt_fiber_serve_with_site(const char *file, int line, const char *function,
+                                       const char *site, rt_io *listener,
+                                       const rt_fiber_options *opts, rt_fiber_fn handler)
+{
+    rt_tcp_accept op;
+    rt__fiber *f = BEGIN(&op.future);
+    if (f == NULL)
+        return -EPERM;
+    if (listener == NULL || handler == NULL)
+        return -EINVAL;
+    rt_fiber_options each;
+    if (opts != NULL)
+        each = *opts;
+    else
+        rt_fiber_options_init(&each);
+    if (each.release == NULL)
+        each.release = close_conn;
+    for (;;) {
+        rt__fiber_note_await(f, file, line, function, &op.future, __builtin_frame_address(0));
+        int err = rt_tcp_accept_init(&op, listener);
+        if (err == 0)
+            err = (int)rt__fiber_await_op(f, &op.future);
+        if (err == 0) {
+            if (rt_fiber_spawn_with_site(site, NULL, &each, handler, op.conn, NULL) < 0)
+                rt_io_close(op.conn); /* refused: the peer sees it closed */
+            continue;
+        }
+        if (err == -EMFILE || err == -ENFILE || err == -ENOMEM) {
+            /* The connection stays queued: take it once resources are free. */
+            err = rt_sleep_await_with_site(file, line, function, RT_MS(10));
+            if (err == -ECANCELED)
+                return err;
+            continue;
+        }
+        if (err == -ECANCELED || err == -EINVAL || err == -EBADF || err == -ENOTSOCK ||
+            err == -ESHUTDOWN || err == -EOPNOTSUPP)
+            return err;
+        /* Anything else ended that one connection (-ECONNABORTED, -EPROTO,
+         * -EPERM from a firewall, -ENOBUFS...): the next one. */
+    }
+}

@@ -40,6 +40,53 @@ RT_EXPORT int rt_net_addr(const char *ip, uint16_t port, struct sockaddr_storage
     return -EINVAL;
 }
 
+RT_EXPORT int rt_net_parse(const char *hostport, struct sockaddr_storage *addr, socklen_t *len)
+{
+    if (hostport == NULL || addr == NULL || len == NULL)
+        return -EINVAL;
+    const char *colon = strrchr(hostport, ':');
+    if (colon == NULL || colon == hostport)
+        return -EINVAL;
+    /* The port: decimal digits only, 0 to 65535. */
+    unsigned long port = 0;
+    const char *p = colon + 1;
+    if (*p == '\0')
+        return -EINVAL;
+    for (; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9' || (port = port * 10 + (unsigned long)(*p - '0')) > 65535)
+            return -EINVAL;
+    }
+    /* The address: IPv4, or IPv6 between brackets (its own colons). */
+    const char *ip = hostport;
+    size_t ip_len = (size_t)(colon - hostport);
+    if (ip[0] == '[') {
+        if (ip_len < 2 || ip[ip_len - 1] != ']')
+            return -EINVAL;
+        ip++;
+        ip_len -= 2;
+    } else if (memchr(ip, ':', ip_len) != NULL) {
+        return -EINVAL; /* an IPv6 address without its brackets */
+    }
+    char copy[INET6_ADDRSTRLEN];
+    if (ip_len == 0 || ip_len >= sizeof copy)
+        return -EINVAL;
+    memcpy(copy, ip, ip_len);
+    copy[ip_len] = '\0';
+    return rt_net_addr(copy, (uint16_t)port, addr, len);
+}
+
+RT_EXPORT int rt_tcp_listen_addr(rt_runtime *rt, const char *hostport, rt_io **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    struct sockaddr_storage addr;
+    socklen_t len;
+    int err = rt_net_parse(hostport, &addr, &len);
+    if (err < 0)
+        return err;
+    return rt_tcp_listen(rt, (const struct sockaddr *)&addr, len, SOMAXCONN, RT_NET_REUSEADDR, out);
+}
+
 /* Whether a socket of this family and type is TCP (socket(2) with protocol
  * 0): what readiness.h's "Short transfers" applies to, and what gets
  * TCP_NODELAY. */
@@ -355,6 +402,20 @@ RT_EXPORT int rt_net_local_addr(rt_io *io, struct sockaddr_storage *addr, sockle
         return -EINVAL;
     *len = sizeof(*addr);
     return getsockname(io->fd, (struct sockaddr *)addr, len) < 0 ? -errno : 0;
+}
+
+RT_EXPORT int rt_net_local_port(rt_io *io)
+{
+    struct sockaddr_storage addr;
+    socklen_t len;
+    int err = rt_net_local_addr(io, &addr, &len);
+    if (err < 0)
+        return err;
+    if (addr.ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)&addr)->sin_port);
+    if (addr.ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)&addr)->sin6_port);
+    return -EAFNOSUPPORT;
 }
 
 RT_EXPORT int rt_net_peer_addr(rt_io *io, struct sockaddr_storage *addr, socklen_t *len)
