@@ -1,10 +1,11 @@
-/* Copies standard input through a child process to standard output:
+/* Copies standard input through a child process to standard output, on
+ * fibers:
  *
  *   some-command | ./pipe_through CMD [ARGS...] | other-command
  *
  * runs CMD with its standard input and output connected to pipes, copies
  * this program's input into the first and the second to this program's
- * output (two tasks, concurrently), and exits with CMD's exit status (128 +
+ * output (two fibers, concurrently), and exits with CMD's exit status (128 +
  * the signal number when a signal ended it; 127 when it could not be
  * started). A standard descriptor that is not a pipe or a socket (a
  * terminal, a file) is handed to CMD as it is instead of copied. When the
@@ -14,92 +15,56 @@
 
 #include <asyncrt.h>
 
-#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
-/* Copies one descriptor to another until the end of the stream or an
- * error, then closes both: closing the destination lets the reader
- * downstream see the end, and closing the source when writing failed (the
- * reader went away, as `| head -n1` does) makes whoever writes into it get
- * SIGPIPE, as in a shell pipeline, instead of blocking on a full pipe. The
- * task owns both descriptors. */
+/* One direction, which owns both descriptors (either may be NULL: nothing
+ * to copy). Closing the destination at the end lets the reader downstream
+ * see the end of the stream; closing the source when writing failed (the
+ * reader went away) makes whoever writes into it get SIGPIPE instead of
+ * blocking on a full pipe. */
 struct copy {
-    rt_coro co;
     rt_io *from, *to;
-    rt_io_copy cp;
-    char buf[16384];
 };
 
-static void copy_drop(void *state)
+static void *copy(void *arg)
 {
-    struct copy *c = state;
-    rt_coro_cleanup(&c->co);
+    struct copy *c = arg;
+    char buf[16384];
+    if (c->from != NULL && c->to != NULL)
+        rt_io_copy_await(c->from, c->to, buf, sizeof buf);
     rt_io_close(c->from);
     rt_io_close(c->to);
+    return NULL;
 }
 
-static rt_poll copy_poll(void *state, rt_context *cx, void **out)
-{
-    struct copy *c = state;
-    RT_CORO_BEGIN(&c->co);
-    rt_io_copy_init(&c->cp, c->from, c->to, c->buf, sizeof c->buf);
-    RT_AWAIT(&c->co, cx, &c->cp);
-    RT_CORO_END(&c->co, out);
-}
-
-/* Spawns a copy that owns `from` and `to` (either may be NULL: nothing to
- * copy, and what is given is closed) and prepares *join to wait for it. */
-static void copy_spawn(rt_io *from, rt_io *to, rt_task_join *join)
-{
-    struct copy c = {.from = from, .to = to};
-    rt_task *t;
-    if (from == NULL || to == NULL || RT_SPAWN_STATE(NULL, copy_poll, copy_drop, &c, &t) < 0) {
-        copy_drop(&c); /* a join left zeroed is finished at once by join_all */
-        return;
-    }
-    rt_task_join_init(join, t);
-}
-
-/* Runs the child and the two copies; returns the exit status to use. */
-struct pipeline {
-    rt_coro co;
+struct pipe_through {
     rt_process *child;
     rt_io *in, *out; /* this program's, when copied */
-    rt_task_join feed, drain;
-    rt_join_all copies;
-    rt_process_exited exit;
 };
 
-static void pipeline_drop(void *state)
+/* Copies both ways, then waits for the child: returns the exit status. */
+static void *run(void *arg)
 {
-    struct pipeline *p = state;
-    rt_coro_cleanup(&p->co);
-    RT_DROP(&p->feed);
-    RT_DROP(&p->drain);
-    rt_process_free(p->child);
-    rt_io_close(p->in); /* NULL once a copy owns it */
-    rt_io_close(p->out);
-}
-
-static rt_poll pipeline_poll(void *state, rt_context *cx, void **out)
-{
-    struct pipeline *p = state;
-    RT_CORO_BEGIN(&p->co);
-    rt_io *child_in = NULL, *child_out = NULL;
-    rt_process_take_stdio(p->child, 0, &child_in);
-    rt_process_take_stdio(p->child, 1, &child_out);
-    copy_spawn(p->in, child_in, &p->feed);
-    copy_spawn(child_out, p->out, &p->drain);
-    p->in = p->out = NULL; /* the copies' now */
-    rt_join_all_init(&p->copies, RT_FUTURES(&p->feed.future, &p->drain.future), 0);
-    RT_AWAIT(&p->co, cx, &p->copies);
-    rt_process_exited_init(&p->exit, p->child);
-    RT_AWAIT(&p->co, cx, &p->exit);
-    if (p->exit.result < 0)
-        RT_RETURN(&p->co, out, (intptr_t)127);
-    RT_RETURN(&p->co, out, (intptr_t)(p->exit.signal != 0 ? 128 + p->exit.signal : p->exit.code));
-    RT_CORO_END(&p->co, out);
+    struct pipe_through *p = arg;
+    struct copy feed = {p->in, NULL}, drain = {NULL, p->out};
+    rt_process_take_stdio(p->child, 0, &feed.to);
+    rt_process_take_stdio(p->child, 1, &drain.from);
+    rt_task *feeder = NULL;
+    if (rt_fiber_spawn(NULL, copy, &feed, &feeder) < 0) {
+        rt_io_close(feed.from); /* no feeder: the child sees the end of its input */
+        rt_io_close(feed.to);
+    }
+    copy(&drain);
+    rt_task_join fed;
+    if (rt_task_join_init(&fed, feeder) == 0)
+        rt_fiber_await(&fed.future); /* feed lives here until the feeder ends */
+    rt_process_exited exit;
+    rt_process_exited_init(&exit, p->child);
+    if (rt_fiber_await(&exit.future) < 0)
+        return (void *)127;
+    return (void *)(intptr_t)(exit.signal != 0 ? 128 + exit.signal : exit.code);
 }
 
 /* Is fd a pipe or a socket, which the reactor can watch? */
@@ -116,30 +81,21 @@ int main(int argc, char **argv)
         return 2;
     }
     rt_runtime *rt;
+    struct pipe_through p = {0};
+    void *status = (void *)127;
     int err = rt_runtime_new(NULL, &rt);
-    if (err < 0) {
-        fprintf(stderr, "pipe_through: %s\n", rt_strerror(err));
-        return 127;
-    }
-    struct pipeline p = {0};
     rt_process_options o;
     rt_process_options_init(&o);
     o.argv = (const char *const *)(argv + 1);
-    if (copied(0) && rt_io_open(rt, 0, &p.in) == 0)
+    if (err == 0 && copied(0) && rt_io_open(rt, 0, &p.in) == 0)
         o.stdin_mode = RT_STDIO_PIPE;
-    if (copied(1) && rt_io_open(rt, 1, &p.out) == 0)
+    if (err == 0 && copied(1) && rt_io_open(rt, 1, &p.out) == 0)
         o.stdout_mode = RT_STDIO_PIPE;
-    err = rt_process_spawn(rt, &o, &p.child);
-    void *status = (void *)(intptr_t)127;
-    if (err == 0)
-        err = rt_block_on(rt, pipeline_poll, pipeline_drop, &p, sizeof p, &status, NULL);
+    if (err == 0 && (err = rt_process_spawn(rt, &o, &p.child)) == 0)
+        err = rt_fiber_block_on(rt, NULL, run, &p, &status, NULL);
     if (err < 0)
         fprintf(stderr, "pipe_through: %s: %s\n", argv[1], rt_strerror(err));
-    if (err < 0) { /* the pipeline never ran: all still ours */
-        rt_process_free(p.child);
-        rt_io_close(p.in);
-        rt_io_close(p.out);
-    }
+    rt_process_free(p.child);
     rt_runtime_free(rt);
     return (int)(intptr_t)status;
 }

@@ -1,65 +1,59 @@
 /* A program that gets stuck on purpose, to show what a task dump says.
  *
- * Two tasks deadlock: each holds one async mutex and waits for the other's.
- * A third waits on a channel whose sender was forgotten. Once they are
- * stuck it prints "ready". On SIGQUIT the runtime's reactor writes a task
- * dump to standard error (rt_config.dump_signal) and the program keeps
- * running; on SIGTERM it shuts down and exits 0.
+ * Two fibers deadlock: each holds one async mutex and waits for the
+ * other's. A third waits on a channel whose sender was forgotten. Once they
+ * are stuck it prints "ready". On SIGQUIT the runtime's reactor writes a
+ * task dump to standard error (rt_config.dump_signal), with each fiber's
+ * await point and backtrace, and the program keeps running; on SIGTERM it
+ * shuts down and exits 0.
  *
  *     ./stuck & sleep 0.5; kill -QUIT %1; kill -TERM %1
  *
- * docs/debugging.md reads the dump. */
+ * docs/debugging.md reads the dump. Built with frame pointers and -rdynamic
+ * (examples/meson.build), so that the backtraces name the functions. */
 #define _GNU_SOURCE
+#include <asyncrt.h>
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <time.h>
 
-#include <asyncrt.h>
-
-/* Both lockers share these. */
-static rt_mutex *first, *second;
-static rt_notify *a_holds, *b_holds; /* each locker tells once it holds its mutex */
-static rt_chan *forgotten;           /* nobody ever sends on it */
+static rt_chan *forgotten; /* nobody ever sends on it */
 
 struct locker {
-    rt_coro co;
     rt_mutex *mine, *theirs;
-    rt_notify *tell, *hear;
-    rt_mutex_lock take_mine, take_theirs;
-    rt_notified other_holds;
+    rt_notify *tell, *hear; /* each tells once it holds its own mutex */
 };
 
-static rt_poll locker_poll(void *p, rt_context *cx, void **out)
+/* Not static, as waiter below: -rdynamic puts them in the dynamic symbol
+ * table, which names them in the dump's backtraces. */
+void *locker(void *arg);
+void *waiter(void *arg);
+
+void *locker(void *arg)
 {
-    struct locker *s = p;
-    RT_CORO_BEGIN(&s->co);
-    rt_mutex_lock_init(&s->take_mine, s->mine);
-    RT_AWAIT_HOLD(&s->co, cx, &s->take_mine);
-    /* Wait until the other locker holds its own mutex too. */
-    rt_notify_one(s->tell);
-    rt_notified_init(&s->other_holds, s->hear);
-    RT_AWAIT(&s->co, cx, &s->other_holds);
-    rt_mutex_lock_init(&s->take_theirs, s->theirs);
-    RT_AWAIT_HOLD(&s->co, cx, &s->take_theirs); /* never returns: a deadlock */
-    RT_CORO_END(&s->co, out);
+    struct locker *l = arg;
+    if (rt_mutex_lock_await(l->mine) < 0)
+        return NULL;
+    rt_notify_one(l->tell);
+    rt_notified other_holds; /* until the other one holds its own mutex too */
+    rt_notified_init(&other_holds, l->hear);
+    if (rt_fiber_await(&other_holds.future) == 0 &&
+        rt_mutex_lock_await(l->theirs) == 0) /* never returns: a deadlock */
+        rt_mutex_unlock(l->theirs);
+    rt_mutex_unlock(l->mine); /* shutdown's cancel gets here */
+    return NULL;
 }
 
-struct waiter {
-    rt_coro co;
-    rt_chan_recv recv;
-};
-
-static rt_poll waiter_poll(void *p, rt_context *cx, void **out)
+void *waiter(void *arg)
 {
-    struct waiter *s = p;
-    RT_CORO_BEGIN(&s->co);
-    rt_chan_recv_init(&s->recv, forgotten);
-    RT_AWAIT(&s->co, cx, &s->recv); /* never returns: no one sends */
-    RT_CORO_END(&s->co, out);
+    (void)arg;
+    rt_chan_recv_await(forgotten, NULL); /* never returns: no one sends */
+    return NULL;
 }
 
-/* The tasks are stuck once all three wait: then every worker sleeps. */
+/* The fibers are stuck once all three wait: then every worker sleeps. */
 static int count_waiting(const rt_task_info *t, void *arg)
 {
     if (t->state == RT_TASK_WAITING && t->await_line > 0)
@@ -83,30 +77,25 @@ int main(void)
     rt_config_init(&cfg);
     cfg.dump_signal = SIGQUIT; /* the dump goes to dump_fd, standard error */
     rt_runtime *rt;
+    rt_mutex *first, *second;
+    rt_notify *a_holds, *b_holds;
     int err = rt_runtime_new(&cfg, &rt);
-    if (err < 0) {
-        fprintf(stderr, "stuck: %s\n", rt_strerror(err));
-        return 1;
-    }
-    if ((err = rt_mutex_new(&first)) < 0 || (err = rt_mutex_new(&second)) < 0 ||
+    if (err < 0 || (err = rt_mutex_new(&first)) < 0 || (err = rt_mutex_new(&second)) < 0 ||
         (err = rt_notify_new(&a_holds)) < 0 || (err = rt_notify_new(&b_holds)) < 0 ||
         (err = rt_chan_new(1, &forgotten)) < 0) {
         fprintf(stderr, "stuck: %s\n", rt_strerror(err));
         return 1;
     }
-    rt_spawn_options named;
-    rt_spawn_options_init(&named);
-    struct locker a = {.mine = first, .theirs = second, .tell = a_holds, .hear = b_holds};
-    struct locker b = {.mine = second, .theirs = first, .tell = b_holds, .hear = a_holds};
-    struct waiter w = {0};
-    named.name = "locker-a";
-    err = rt_spawn_ex(rt, &named, locker_poll, rt_coro_drop, &a, sizeof a, NULL);
-    named.name = "locker-b";
-    if (err == 0)
-        err = rt_spawn_ex(rt, &named, locker_poll, rt_coro_drop, &b, sizeof b, NULL);
+    struct locker lockers[2] = {{first, second, a_holds, b_holds},
+                                {second, first, b_holds, a_holds}};
+    rt_fiber_options named;
+    rt_fiber_options_init(&named);
+    named.name = "locker";
+    for (int i = 0; i < 2 && err == 0; i++)
+        err = rt_fiber_spawn_ex(rt, &named, locker, &lockers[i], NULL);
     named.name = "waiter";
     if (err == 0)
-        err = rt_spawn_ex(rt, &named, waiter_poll, rt_coro_drop, &w, sizeof w, NULL);
+        err = rt_fiber_spawn_ex(rt, &named, waiter, NULL, NULL);
     if (err < 0) {
         fprintf(stderr, "stuck: %s\n", rt_strerror(err));
         return 1;
@@ -127,7 +116,8 @@ int main(void)
     int sig;
     while (sigwait(&stop, &sig) != 0)
         ;
-    /* Shutdown cancels the stuck tasks; their drops give the locks back. */
+    /* Shutdown cancels the stuck fibers: their awaits fail, and they give
+     * the locks back on their way out. */
     rt_runtime_free(rt);
     rt_chan_sender_drop(forgotten);
     rt_chan_receiver_drop(forgotten, NULL, NULL);
