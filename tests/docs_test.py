@@ -30,11 +30,11 @@ directives so that an error points into the markdown.
 Outside the blocks: every path under examples/, src/, include/, tests/,
 bench/, scripts/ or docs/ that a document names must exist (or be a program
 that its directory's meson.build builds); a line named `PATH:N in FUNC` (a
-task dump's await point) must be an RT_AWAIT or RT_CORO_YIELD in FUNC, and one
-named `spawned at PATH:N` a spawn; a file name alone in backquotes
-(`echo_server.c`) must be one of the project's files; and the sizes in the
-table of docs/guide.md, "How much code a server takes", must be the
-examples' own.
+task dump's await point) must be an await in FUNC (RT_AWAIT, RT_CORO_YIELD,
+or a fiber's rt_fiber_await or _await helper), and one named `spawned at
+PATH:N` a spawn; and a file name alone in backquotes (`echo_server.c`) must
+be one of the project's files. (The code-size tables are scripts/loc's, and
+its own test checks them.)
 
 Prints one line per block and per check that fails, then a count; exits 1 on
 any failure, 2 on bad usage. FILE[:LINE] arguments limit the check to those
@@ -158,7 +158,7 @@ def annotate(block, annotation):
         block.problem = "a whole program (it has `int main(`): run or compile it"
     elif block.kind == "compile" and not block.arg:
         block.problem = "compile: say why it is not run"
-    elif block.kind == "quotes" and not re.fullmatch(r"examples/[\w.-]+\.c", block.arg):
+    elif block.kind == "quotes" and not re.fullmatch(r"examples/([\w.-]+/)?[\w.-]+\.c", block.arg):
         block.problem = "quotes: needs examples/NAME.c"
     elif block.kind in ("compile", "quotes") and block.body:
         block.problem = "%s: takes one line" % block.kind
@@ -377,11 +377,13 @@ def check_line(root, path, n, function, spawn):
         return "%s has no line %d" % (path, n)
     text = lines[n - 1]
     if function is not None:
-        if not re.search(r"\bRT_(AWAIT\w*|YIELD)\s*\(", text):
+        if not re.search(r"\bRT_(AWAIT\w*|YIELD)\s*\(|\brt_\w+_await\s*\(|"
+                         r"\brt_fiber_(await\w*|yield|serve|run_blocking)\s*\(", text):
             return "line %d of %s is no await point: %s" % (n, path, text.strip())
         if function_at(lines, n) != function:
             return "line %d of %s is in %s, not %s" % (n, path, function_at(lines, n), function)
-    if spawn and not re.search(r"\b(rt_spawn\w*|RT_SPAWN_STATE|rt_group_spawn|rt_block_on)\s*\(", text):
+    if spawn and not re.search(r"\b(rt_spawn\w*|RT_SPAWN_STATE|rt_group_spawn|rt_block_on|"
+                               r"rt_fiber_spawn\w*|rt_fiber_block_on|rt_fiber_serve)\s*\(", text):
         return "line %d of %s spawns nothing: %s" % (n, path, text.strip())
     return None
 
@@ -405,57 +407,6 @@ def check_paths(root, doc, names):
         for m in re.finditer(r"`([\w-]+\.[ch])`", text):
             if m.group(1) not in names:
                 problems.append("%s:%d: names `%s`, which is none of the project's files" % (doc, n, m.group(1)))
-    return problems
-
-
-def sizes(lines):
-    """Lines, and lines of code (neither blank nor only comments)."""
-    return len(lines), sum(1 for c in strip_comments(lines) if c.strip())
-
-
-def check_sizes(root):
-    """The "now" column of the table in docs/guide.md, "How much code a server
-    takes": `examples/NAME.c` the whole file; with section names in quotes,
-    from each `/* ---- NAME` banner to the next banner."""
-    problems, rows = [], 0
-    section = False
-    for n, text in enumerate((root / "docs/guide.md").read_text().split("\n"), start=1):
-        if text.startswith("## "):
-            section = text.strip() == "## How much code a server takes"
-            continue
-        m = re.match(r"^\|\s*`(examples/[\w.-]+\.c)`(.*?)\|.*\|\s*(\d+) / (\d+)\s*\|\s*$", text)
-        if not section or not m:
-            continue
-        rows += 1
-        path, label, claimed = root / m.group(1), m.group(2), (int(m.group(3)), int(m.group(4)))
-        if not path.is_file():
-            problems.append("docs/guide.md:%d: no such file %s" % (n, m.group(1)))
-            continue
-        lines = path.read_text().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        names = re.findall(r'"([^"]+)"', label)
-        if names:
-            banners = [k for k, line in enumerate(lines) if line.startswith("/* ---- ")]
-            part = []
-            for name in names:
-                at = [k for k in banners if lines[k][len("/* ---- "):].startswith(name + " ")]
-                if not at:
-                    problems.append("docs/guide.md:%d: %s has no section \"%s\"" % (n, m.group(1), name))
-                    break
-                nxt = [k for k in banners if k > at[0]]
-                part += lines[at[0]: nxt[0] if nxt else len(lines)]
-            else:
-                actual = sizes(part)
-                if actual != claimed:
-                    problems.append("docs/guide.md:%d: %s, %s: %d / %d, not %d / %d"
-                                    % (n, m.group(1), ", ".join(names), *actual, *claimed))
-            continue
-        actual = sizes(lines)
-        if actual != claimed:
-            problems.append("docs/guide.md:%d: %s is %d / %d, not %d / %d" % (n, m.group(1), *actual, *claimed))
-    if rows == 0:
-        problems.append("docs/guide.md: no sizes found under \"How much code a server takes\"")
     return problems
 
 
@@ -493,7 +444,6 @@ def main():
         names = project_files(root)
         for doc in docs:
             problems += check_paths(root, doc, names)
-        problems += check_sizes(root)
 
     failed = 0
     with tempfile.TemporaryDirectory(prefix="docs_test.") as tmp:
