@@ -456,14 +456,22 @@ Test(fiber, shutdown_cancels_waiting_fibers_which_return)
 {
     rt_runtime *rt = new_runtime(2);
     int results[4] = {1, 1, 1, 1};
+    rt_task *fibers[4];
     for (int i = 0; i < 4; i++)
-        cr_assert_eq(rt_fiber_spawn(rt, sleeps_long, &results[i], NULL), 0);
-    /* Each is waiting once it has been polled: wait for the workers to park. */
-    cr_assert(wait_all_workers_parked(rt));
+        cr_assert_eq(rt_fiber_spawn(rt, sleeps_long, &results[i], &fibers[i]), 0);
+    /* Each must be waiting in its sleep: one that first runs after the
+     * shutdown began gets -ESHUTDOWN from its sleep and returns uncancelled.
+     * Without diagnostics, parked workers tell it, which a worker just woken
+     * for the last of them can still fool. */
+    for (int i = 0; i < 4; i++)
+        if (!wait_task_waiting(rt, rt_task_id(fibers[i])))
+            cr_assert(wait_all_workers_parked(rt));
     rt_metrics m = shut_down(rt, 4);
     cr_assert_eq(m.fibers_abandoned, 0);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         cr_assert_eq(results[i], -ECANCELED);
+        cr_assert_eq(task_wait_status(fibers[i], WAIT_DEADLINE_NS, NULL), -ECANCELED);
+    }
     rt_runtime_free(rt);
 }
 
@@ -490,8 +498,12 @@ Test(fiber, shutdown_abandons_a_fiber_that_ignores_the_cancel)
     rt_fiber_options o;
     rt_fiber_options_init(&o);
     o.stack_size = 16 * 1024;
-    cr_assert_eq(rt_fiber_spawn_ex(rt, &o, ignores_cancel, &awaits, NULL), 0);
-    cr_assert(wait_all_workers_parked(rt));
+    rt_task *t;
+    cr_assert_eq(rt_fiber_spawn_ex(rt, &o, ignores_cancel, &awaits, &t), 0);
+    /* Waiting in its sleep, as above. */
+    if (!wait_task_waiting(rt, rt_task_id(t)))
+        cr_assert(wait_all_workers_parked(rt));
+    rt_task_drop(t);
     rt_metrics m = shut_down(rt, 1);
     cr_assert_eq(m.fibers_abandoned, 1);
     cr_assert_gt(atomic_load(&awaits), 1);
