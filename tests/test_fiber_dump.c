@@ -232,7 +232,10 @@ Test(fiber_dump, fibers_with_the_same_stack_make_one_block_and_other_stacks_thei
 /* Goes `depth` frames of 1 KiB deep, then yields at the bottom. */
 __attribute__((noinline)) int fiber_dump_dive(int depth)
 {
+    /* Its address escapes, so that the whole frame is kept in one piece
+     * (clang keeps only the parts of a local array that are used). */
     volatile char frame[1024];
+    __asm__ volatile("" : : "r"(frame) : "memory");
     frame[0] = (char)depth;
     if (depth > 0)
         return fiber_dump_dive(depth - 1) + frame[0];
