@@ -70,7 +70,7 @@ static void *serve_conn(void *conn)
                 bye = "ERR idle timeout\n";
             else if (n == -EMSGSIZE)
                 bye = "ERR line too long\n";
-            else if (n == -ECANCELED)
+            else if (n == -ECANCELED || n == -ESHUTDOWN) /* the timer's, if the stop came first */
                 bye = "ERR server shutting down\n";
             if (n <= 0 || line.data[n - 1] != '\n') /* the end, an error, or a last piece */
                 break;

@@ -80,7 +80,10 @@
  * -ECANCELED and NULL, as for any cancelled task) and its stack is pooled
  * after. A fiber that is cancelled before it first runs still runs, and
  * its first await returns -ECANCELED, so that it always gets to release
- * its argument. Cleanup that must still do I/O (a goodbye line, a flush)
+ * its argument. A fiber that is running when rt_runtime_shutdown begins
+ * finishes that poll first: an operation it starts meanwhile may refuse
+ * with -ESHUTDOWN (a sleep, a time limit) before the cancel reaches it, so
+ * treat -ESHUTDOWN as -ECANCELED. Cleanup that must still do I/O (a goodbye line, a flush)
  * runs between rt_fiber_shield and rt_fiber_unshield: until the shield's
  * deadline awaits work again, blocking the thread that runs the cleanup
  * (a worker, or shutdown's caller) while they wait. At shutdown every

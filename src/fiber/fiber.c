@@ -526,14 +526,16 @@ static void fiber_describe(const void *state, rt_task_info *info)
 
 static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
 /* Set once the reader is registered, so that spawns after the first skip
- * pthread_once; relaxed, since pthread_once orders the registration
- * itself for whoever calls it. */
+ * pthread_once. The release store after the registration pairs with the
+ * acquire load of a spawn that skips it: the registration happens before
+ * that spawn, and so before any dump that finds the fiber it spawned (the
+ * dump reaches the task through the registry's lock). */
 static uint32_t describe_registered;
 
 static void register_describe(void)
 {
     rt__diag_task_reader_set(fiber_poll, fiber_describe);
-    rt__store_relaxed_u32(&describe_registered, 1);
+    rt__store_release_u32(&describe_registered, 1);
 }
 
 RT_EXPORT void rt_fiber_options_init(rt_fiber_options *opts)
@@ -583,7 +585,7 @@ RT_EXPORT int rt_fiber_spawn_with_site(const char *site, rt_runtime *rt,
         ft.stack_pages = (uint32_t)((opts->stack_size + page - 1) / page);
         ft.release = opts->release;
     }
-    if (rt__unlikely(!rt__load_relaxed_u32(&describe_registered)))
+    if (rt__unlikely(!rt__load_acquire_u32(&describe_registered)))
         pthread_once(&describe_once, register_describe);
     uint64_t id = rt__task_new_id();
     ft.task_id = id;
@@ -715,30 +717,36 @@ RT_EXPORT int64_t rt_fiber_await_with_site(const char *file, int line, const cha
     return rt__fiber_await_op(f, op);
 }
 
+/* rt_fiber_await_timeout and _until: op inside an rt_timeout made by
+ * `init` (rt_timeout_init or rt_timeout_until_init) with `limit`. */
+static int64_t await_limited(const char *file, int line, const char *function, rt_future *op,
+                             int64_t limit,
+                             int (*init)(rt_timeout *, rt_runtime *, rt_future *, int64_t),
+                             const void *frame)
+{
+    rt_timeout t;
+    rt__fiber *f = rt__fiber_current();
+    if (f == NULL)
+        return -EPERM;
+    rt__fiber_note_await(f, file, line, function, &t.future, frame);
+    if (op == NULL)
+        return -EINVAL;
+    int err = init(&t, f->task->rt, op, limit);
+    return err < 0 ? err : rt__fiber_await_op(f, &t.future);
+}
+
 RT_EXPORT int64_t rt_fiber_await_until_with_site(const char *file, int line, const char *function,
                                                  rt_future *op, int64_t deadline_ns)
 {
-    rt_timeout limit;
-    AWAIT_BEGIN(f, &limit.future);
-    if (f == NULL)
-        return -EPERM;
-    if (op == NULL)
-        return -EINVAL;
-    int err = rt_timeout_until_init(&limit, f->task->rt, op, deadline_ns);
-    return err < 0 ? err : rt__fiber_await_op(f, &limit.future);
+    return await_limited(file, line, function, op, deadline_ns, rt_timeout_until_init,
+                         __builtin_frame_address(0));
 }
 
 RT_EXPORT int64_t rt_fiber_await_timeout_with_site(const char *file, int line, const char *function,
                                                    rt_future *op, int64_t timeout_ns)
 {
-    rt_timeout limit;
-    AWAIT_BEGIN(f, &limit.future);
-    if (f == NULL)
-        return -EPERM;
-    if (op == NULL)
-        return -EINVAL;
-    int err = rt_timeout_init(&limit, f->task->rt, op, timeout_ns);
-    return err < 0 ? err : rt__fiber_await_op(f, &limit.future);
+    return await_limited(file, line, function, op, timeout_ns, rt_timeout_init,
+                         __builtin_frame_address(0));
 }
 
 RT_EXPORT bool rt_in_fiber(void)

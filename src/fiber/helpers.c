@@ -96,6 +96,19 @@ RT_EXPORT int64_t rt_io_write_all_await_with_site(const char *file, int line, co
     return err < 0 ? err : rt__fiber_await_op(f, &op.future);
 }
 
+/* The end of an accept or a connect: on success the connection goes to
+ * *conn, or is closed when nobody would own it. */
+static int hand_over(int64_t result, rt_io *got, rt_io **conn)
+{
+    if (result < 0)
+        return (int)result;
+    if (conn != NULL)
+        *conn = got;
+    else
+        rt_io_close(got);
+    return 0;
+}
+
 RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const char *function,
                                             rt_io *listener, rt_io **conn)
 {
@@ -108,14 +121,8 @@ RT_EXPORT int rt_tcp_accept_await_with_site(const char *file, int line, const ch
     int err = rt_tcp_accept_init(&op, listener);
     if (err < 0)
         return err;
-    int64_t r = rt__fiber_await_op(f, &op.future);
-    if (r < 0)
-        return (int)r;
-    if (conn != NULL)
-        *conn = op.conn;
-    else
-        rt_io_close(op.conn); /* nobody would own it */
-    return 0;
+    int64_t r = rt__fiber_await_op(f, &op.future); /* before op.conn is read */
+    return hand_over(r, op.conn, conn);
 }
 
 RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const char *function,
@@ -131,14 +138,8 @@ RT_EXPORT int rt_tcp_connect_await_with_site(const char *file, int line, const c
     int err = rt_tcp_connect_init(&op, f->task->rt, addr, addr_len);
     if (err < 0)
         return err;
-    int64_t r = rt__fiber_await_op(f, &op.future);
-    if (r < 0)
-        return (int)r;
-    if (conn != NULL)
-        *conn = op.conn;
-    else
-        rt_io_close(op.conn);
-    return 0;
+    int64_t r = rt__fiber_await_op(f, &op.future); /* before op.conn is read */
+    return hand_over(r, op.conn, conn);
 }
 
 RT_EXPORT int64_t rt_read_line_await_with_site(const char *file, int line, const char *function,
